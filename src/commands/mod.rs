@@ -1,0 +1,107 @@
+//! Command registration and the FFI trampolines. Handlers are plain Rust
+//! functions `fn(Ctx, &[&[u8]]) -> Result<(), CmdError>` that either reply
+//! themselves (or block the client) and return `Ok`, or return the error to
+//! reply. No panic crosses into the server: it becomes an error reply.
+
+pub mod args;
+pub mod scan;
+
+use crate::ffi::{self, api, reply::Reply, Ctx};
+use args::CmdError;
+use redis_module::raw;
+use std::ffi::CString;
+use std::os::raw::c_int;
+
+type Handler = fn(Ctx, &[&[u8]]) -> Result<(), CmdError>;
+
+fn dispatch(
+    ctx: Ctx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+    handler: Handler,
+) -> c_int {
+    let args: Vec<&[u8]> = (0..argc.max(0) as usize)
+        .map(|i| {
+            // SAFETY: the server passes `argc` valid string pointers in argv,
+            // alive for the duration of this command call.
+            ffi::string_bytes(unsafe { *argv.add(i) })
+        })
+        .collect();
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(ctx, &args)));
+    let r = Reply::new(ctx);
+    match outcome {
+        Ok(Ok(())) => {}
+        Ok(Err(CmdError::WrongArity)) => r.wrong_arity(),
+        Ok(Err(CmdError::Msg(m))) => r.error(&m),
+        Err(_) => r.error("ERR snapscan: internal error (the request was not served)"),
+    }
+    raw::REDISMODULE_OK as c_int
+}
+
+extern "C" fn snapshot_scan(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    dispatch(ctx, argv, argc, scan::run)
+}
+
+struct Spec {
+    name: &'static str,
+    func: raw::RedisModuleCmdFunc,
+    flags: &'static str,
+    keys: (c_int, c_int, c_int),
+    acl: &'static str,
+}
+
+const COMMANDS: &[Spec] = &[Spec {
+    name: "snapshot.scan",
+    func: Some(snapshot_scan),
+    flags: "readonly",
+    keys: (0, 0, 0),
+    acl: "keyspace read slow",
+}];
+
+/// Registers every command. ACL categories are set where the server
+/// supports them (Redis 7.2+/Valkey); on Redis 7.0 commands get none.
+pub fn register(ctx: Ctx) -> Result<(), String> {
+    let create = api!(RedisModule_CreateCommand).ok_or("no CreateCommand")?;
+    for c in COMMANDS {
+        let name = CString::new(c.name).map_err(|e| e.to_string())?;
+        let flags = CString::new(c.flags).map_err(|e| e.to_string())?;
+        // SAFETY: OnLoad context, valid C strings, a valid extern callback.
+        let rc = unsafe {
+            create(
+                ctx,
+                name.as_ptr(),
+                c.func,
+                flags.as_ptr(),
+                c.keys.0,
+                c.keys.1,
+                c.keys.2,
+            )
+        };
+        if rc != raw::REDISMODULE_OK as c_int {
+            return Err(format!("cannot create command {}", c.name));
+        }
+        if let (Some(get), Some(set_acl)) = (
+            api!(RedisModule_GetCommand),
+            api!(RedisModule_SetCommandACLCategories),
+        ) {
+            let acl = CString::new(c.acl).map_err(|e| e.to_string())?;
+            // SAFETY: the command was just created under this name.
+            let cmd = unsafe { get(ctx, name.as_ptr()) };
+            // SAFETY: cmd is the live command handle; acl a valid C string.
+            if !cmd.is_null()
+                && unsafe { set_acl(cmd, acl.as_ptr()) } != raw::REDISMODULE_OK as c_int
+            {
+                ffi::log(
+                    ctx,
+                    "warning",
+                    &format!("snapscan: cannot set ACL categories of {}", c.name),
+                );
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,165 @@
+//! SNAPSHOT.SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]
+
+use super::args::{parse_cursor, parse_options, Allowed, CmdError};
+use crate::backfill;
+use crate::config;
+use crate::ffi::{self, blocked::BlockedReply, reply::Reply, Ctx};
+use crate::glob::Pattern;
+use crate::index::walk::{walk, ScanSpec};
+use crate::index::{Key, Snapshot};
+use crate::state::{self, Module, ScanCursor};
+use std::sync::Arc;
+
+const DEFAULT_COUNT: usize = 10;
+
+/// Where an iteration continues from.
+struct Start {
+    snap: Arc<Snapshot>,
+    after: Option<Key>,
+    pages: u64,
+}
+
+/// `SNAPSHOT.SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]`
+///
+/// On the main thread: parse, open or look up the snapshot, block the
+/// client and hand the walk to a worker. Inside MULTI/Lua/functions (no
+/// blocking allowed) the walk runs inline, bounded by the work budget.
+pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
+    if args.len() < 2 {
+        return Err(CmdError::WrongArity);
+    }
+    let cursor = parse_cursor(args[1])?;
+    let opts = parse_options(
+        &args[2..],
+        Allowed {
+            type_filter: true,
+            novalues: false,
+        },
+    )?;
+    let m = state::try_get().ok_or_else(|| CmdError::msg("ERR snapscan is not initialised"))?;
+    let p = backfill::progress();
+    if p.running {
+        return Err(CmdError::msg(format!(
+            "LOADING snapscan is building its index: {}% ({} of {} keys); retry shortly",
+            backfill::percent(&p),
+            p.scanned.min(p.total),
+            p.total
+        )));
+    }
+    let type_filter = match opts.type_name {
+        None => None,
+        Some(t) => Some(m.index().type_names.lookup(t).ok_or_else(|| {
+            CmdError::msg(format!(
+                "ERR unknown type name '{}'",
+                String::from_utf8_lossy(t)
+            ))
+        })?),
+    };
+    let db = ffi::selected_db(ctx);
+    let start = if cursor == 0 {
+        let snap = m.index().snapshot(db, ffi::now_ms());
+        Module::bump(&m.stats.snapshots_opened, 1);
+        Start {
+            snap,
+            after: None,
+            pages: 0,
+        }
+    } else {
+        match m.cursors.take_in(cursor, db) {
+            Ok(e) => Start {
+                snap: e.value.snap,
+                after: Some(e.value.after),
+                pages: e.pages,
+            },
+            Err(None) => {
+                return Err(CmdError::msg(format!(
+                    "ERR cursor {cursor} is unknown, already used or expired; restart the scan from cursor 0"
+                )))
+            }
+            Err(Some(other)) => {
+                return Err(CmdError::msg(format!(
+                    "ERR cursor {cursor} belongs to database {other}, not {db}; restart the scan from cursor 0"
+                )))
+            }
+        }
+    };
+    let spec = ScanSpec {
+        pattern: opts.pattern.map(Pattern::new),
+        type_filter,
+        count: opts.count.unwrap_or(DEFAULT_COUNT),
+        budget: config::get(&config::SCAN_BUDGET),
+    };
+    let blocked = if ffi::blocking_denied(ctx) {
+        None
+    } else {
+        BlockedReply::block(ctx)
+    };
+    Module::bump(&m.stats.scans, 1);
+    match blocked {
+        Some(bc) => {
+            let job = Box::new(move || {
+                let (next, keys) = serve(m, start, &spec);
+                bc.reply(|r| write_page(r, next, &keys));
+            });
+            if let Err(job) = m.pool.submit(job) {
+                job();
+            }
+        }
+        None => {
+            Module::bump(&m.stats.scans_sync, 1);
+            let (next, keys) = serve(m, start, &spec);
+            write_page(&Reply::new(ctx), next, &keys);
+        }
+    }
+    Ok(())
+}
+
+/// Computes one page and registers the continuation. Returns the next
+/// cursor (0 when done) and the keys. Runs on a worker, without the server
+/// lock (or inline for MULTI/Lua).
+fn serve(m: &'static Module, start: Start, spec: &ScanSpec) -> (u64, Vec<Key>) {
+    let page = walk(
+        &start.snap.map,
+        start.snap.at_ms,
+        start.after.as_ref(),
+        spec,
+    );
+    Module::bump(&m.stats.entries_examined, page.examined as u64);
+    Module::bump(&m.stats.keys_returned, page.keys.len() as u64);
+    let next = match page.resume_after {
+        None => {
+            // May be the last owner of a flushed database's map: free it
+            // on the reaper, never on the main thread.
+            m.reaper.dispose(start.snap);
+            0
+        }
+        Some(after) => {
+            let db = start.snap.db;
+            let (id, evicted) = m.cursors.insert(
+                ScanCursor {
+                    snap: start.snap,
+                    after,
+                },
+                db,
+                start.pages + 1,
+                m.mono_ms(),
+                config::get(&config::MAX_OPEN),
+            );
+            if !evicted.is_empty() {
+                m.reaper.dispose(evicted);
+            }
+            id
+        }
+    };
+    (next, page.keys)
+}
+
+/// `[cursor, [key, ...]]`, the cursor as a bulk string like SCAN's.
+pub fn write_page(r: &Reply, next: u64, keys: &[Key]) {
+    r.array(2);
+    r.bulk(next.to_string().as_bytes());
+    r.array(keys.len());
+    for k in keys {
+        r.bulk(k.as_bytes());
+    }
+}

@@ -1,0 +1,37 @@
+//! Module configuration (`snapshot.*`), settable from `loadmodule`
+//! arguments, the config file (`include module.conf`) and `CONFIG SET`.
+//!
+//! Values live in atomics: worker threads read them without any lock.
+
+use redis_module::configuration::ConfigurationContext;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+/// `snapshot.workers`: threads serving scans.
+pub static WORKERS: AtomicI64 = AtomicI64::new(2);
+/// `snapshot.worker-nice`: scheduling niceness of worker threads (0-19).
+pub static WORKER_NICE: AtomicI64 = AtomicI64::new(10);
+/// `snapshot.cursor-idle-timeout`: seconds an unused cursor stays valid.
+pub static IDLE_TIMEOUT: AtomicI64 = AtomicI64::new(60);
+/// `snapshot.max-open-cursors`: open iterations kept at most.
+pub static MAX_OPEN: AtomicI64 = AtomicI64::new(1024);
+/// `snapshot.scan-budget`: index entries one call may examine at most.
+pub static SCAN_BUDGET: AtomicI64 = AtomicI64::new(100_000);
+/// `snapshot.backfill-batch`: keys indexed per hold of the server lock
+/// while building the index after MODULE LOAD.
+pub static BACKFILL_BATCH: AtomicI64 = AtomicI64::new(1000);
+
+pub fn get(v: &AtomicI64) -> usize {
+    v.load(Ordering::Relaxed).max(0) as usize
+}
+
+pub fn on_workers_changed(_: &ConfigurationContext, _: &str, v: &'static AtomicI64) {
+    if let Some(m) = crate::state::try_get() {
+        m.pool.resize(get(v));
+    }
+}
+
+pub fn on_nice_changed(_: &ConfigurationContext, _: &str, v: &'static AtomicI64) {
+    if let Some(m) = crate::state::try_get() {
+        m.pool.set_nice(get(v));
+    }
+}

@@ -1,0 +1,146 @@
+//! Learning the truth about a key from the server, without side effects:
+//! no LRU/LFU touch, no keyspace-miss event, no stats, no lazy expiry.
+
+use super::{api, Ctx};
+use crate::index::meta::{self, TypeId};
+use redis_module::raw;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// A key's type as the server reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    Builtin(TypeId),
+    /// A module type (or a server type newer than this module knows), by
+    /// the name `TYPE key` prints.
+    Named(Arc<[u8]>),
+}
+
+/// What a probe found: the key's kind and absolute expiry (Unix ms).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    pub kind: Kind,
+    pub expire: Option<i64>,
+}
+
+const OPEN_FLAGS: u32 = raw::REDISMODULE_READ
+    | raw::REDISMODULE_OPEN_KEY_NOTOUCH
+    | raw::REDISMODULE_OPEN_KEY_NONOTIFY
+    | raw::REDISMODULE_OPEN_KEY_NOSTATS
+    | raw::REDISMODULE_OPEN_KEY_NOEXPIRE
+    | raw::REDISMODULE_OPEN_KEY_NOEFFECTS;
+
+/// Names of non-builtin key types, by (server key type, module type pointer).
+type NameCache = HashMap<(i32, usize), Arc<[u8]>>;
+static NAMED_TYPES: Mutex<Option<NameCache>> = Mutex::new(None);
+
+/// Looks `keyname` up in the database selected on `ctx`. Must run with the
+/// server lock held (a callback on the main thread, or a locked thread-safe
+/// context). `None` when the key does not exist (or is logically expired).
+pub fn probe(ctx: Ctx, keyname: *mut raw::RedisModuleString) -> Option<Found> {
+    let (open, close, ktype) = (
+        api!(RedisModule_OpenKey)?,
+        api!(RedisModule_CloseKey)?,
+        api!(RedisModule_KeyType)?,
+    );
+    // SAFETY: ctx and keyname are live for this callback and the server lock
+    // is held; the key handle is closed before returning.
+    let key = unsafe { open(ctx, keyname, OPEN_FLAGS as i32) };
+    if key.is_null() {
+        return None;
+    }
+    let found = probe_open(ctx, keyname, key, ktype);
+    // SAFETY: key was opened above and is closed exactly once.
+    unsafe { close(key) };
+    found
+}
+
+/// Reads kind and expiry from an already-open key handle (also used by the
+/// backfill, which gets handles from RedisModule_Scan).
+pub fn probe_open(
+    ctx: Ctx,
+    keyname: *mut raw::RedisModuleString,
+    key: *mut raw::RedisModuleKey,
+    ktype: unsafe extern "C" fn(*mut raw::RedisModuleKey) -> i32,
+) -> Option<Found> {
+    // SAFETY: key is a live, open key handle.
+    let t = unsafe { ktype(key) };
+    let kind = match t as isize {
+        raw::REDISMODULE_KEYTYPE_EMPTY => return None,
+        raw::REDISMODULE_KEYTYPE_STRING => Kind::Builtin(meta::STRING),
+        raw::REDISMODULE_KEYTYPE_LIST => Kind::Builtin(meta::LIST),
+        raw::REDISMODULE_KEYTYPE_HASH => Kind::Builtin(meta::HASH),
+        raw::REDISMODULE_KEYTYPE_SET => Kind::Builtin(meta::SET),
+        raw::REDISMODULE_KEYTYPE_ZSET => Kind::Builtin(meta::ZSET),
+        raw::REDISMODULE_KEYTYPE_STREAM => Kind::Builtin(meta::STREAM),
+        _ => Kind::Named(named_type(ctx, keyname, key, t)?),
+    };
+    Some(Found {
+        kind,
+        expire: expire_of(key),
+    })
+}
+
+fn expire_of(key: *mut raw::RedisModuleKey) -> Option<i64> {
+    let abs = if let Some(f) = api!(RedisModule_GetAbsExpire) {
+        // SAFETY: key is a live, open key handle.
+        unsafe { f(key) }
+    } else {
+        let f = api!(RedisModule_GetExpire)?;
+        // SAFETY: key is a live, open key handle.
+        let rel = unsafe { f(key) };
+        if rel < 0 {
+            rel
+        } else {
+            super::now_ms() + rel
+        }
+    };
+    (abs >= 0).then_some(abs)
+}
+
+fn named_type(
+    ctx: Ctx,
+    keyname: *mut raw::RedisModuleString,
+    key: *mut raw::RedisModuleKey,
+    ktype: i32,
+) -> Option<Arc<[u8]>> {
+    let ptr = if ktype as isize == raw::REDISMODULE_KEYTYPE_MODULE {
+        match api!(RedisModule_ModuleTypeGetType) {
+            // SAFETY: key is a live handle of a module-typed key.
+            Some(f) => (unsafe { f(key) }) as usize,
+            None => 0,
+        }
+    } else {
+        0
+    };
+    let mut cache = NAMED_TYPES.lock().unwrap_or_else(|e| e.into_inner());
+    let cache = cache.get_or_insert_with(HashMap::new);
+    if let Some(n) = cache.get(&(ktype, ptr)) {
+        return Some(Arc::clone(n));
+    }
+    let name: Arc<[u8]> = Arc::from(call_type(ctx, keyname)?);
+    cache.insert((ktype, ptr), Arc::clone(&name));
+    Some(name)
+}
+
+/// `TYPE key` through RedisModule_Call (read-only; the key is known alive).
+fn call_type(ctx: Ctx, keyname: *mut raw::RedisModuleString) -> Option<Vec<u8>> {
+    let (call, strptr, free) = (
+        api!(RedisModule_Call)?,
+        api!(RedisModule_CallReplyStringPtr)?,
+        api!(RedisModule_FreeCallReply)?,
+    );
+    // SAFETY: ctx/keyname are live; "s" consumes exactly one RedisModuleString
+    // vararg; the reply is freed once after copying its bytes.
+    unsafe {
+        let reply = call(ctx, c"TYPE".as_ptr(), c"s".as_ptr(), keyname);
+        if reply.is_null() {
+            return None;
+        }
+        let mut len = 0usize;
+        let p = strptr(reply, &mut len);
+        let out = (!p.is_null()).then(|| std::slice::from_raw_parts(p.cast::<u8>(), len).to_vec());
+        free(reply);
+        out.filter(|n| !n.is_empty() && n.as_slice() != b"none")
+    }
+}

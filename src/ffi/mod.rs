@@ -1,0 +1,110 @@
+//! Thin, audited wrappers over the raw module API. Everything that touches
+//! server pointers lives under `ffi/`; the rest of the crate is plain Rust.
+
+pub mod blocked;
+pub mod keys;
+pub mod reply;
+
+use redis_module::raw;
+use std::ffi::CString;
+
+pub type Ctx = *mut raw::RedisModuleCtx;
+
+/// Fetches a module API function pointer (`None` when this server lacks it).
+macro_rules! api {
+    ($name:ident) => {{
+        // SAFETY: the server fills these pointers once in RedisModule_Init,
+        // before any of our code runs, and never changes them afterwards;
+        // we copy the Option<fn> out without creating a reference.
+        unsafe { redis_module::raw::$name }
+    }};
+}
+pub(crate) use api;
+
+/// Bytes of a server string. The slice borrows the string: callers use it
+/// only while the server keeps the string alive (the current callback).
+pub fn string_bytes<'a>(s: *const raw::RedisModuleString) -> &'a [u8] {
+    let Some(f) = api!(RedisModule_StringPtrLen) else {
+        return &[];
+    };
+    if s.is_null() {
+        return &[];
+    }
+    let mut len = 0usize;
+    // SAFETY: `s` is a live RedisModuleString handed to us by the server;
+    // StringPtrLen returns a pointer to its `len` bytes, valid while it lives.
+    unsafe {
+        let p = f(s, &mut len);
+        if p.is_null() {
+            return &[];
+        }
+        std::slice::from_raw_parts(p.cast::<u8>(), len)
+    }
+}
+
+/// The database selected on `ctx`.
+pub fn selected_db(ctx: Ctx) -> usize {
+    match api!(RedisModule_GetSelectedDb) {
+        // SAFETY: ctx is the live context of the current callback.
+        Some(f) => unsafe { f(ctx) }.max(0) as usize,
+        None => 0,
+    }
+}
+
+/// Selects `db` on `ctx`; false if the server refuses.
+pub fn select_db(ctx: Ctx, db: usize) -> bool {
+    match api!(RedisModule_SelectDb) {
+        // SAFETY: ctx is a live context owned by the calling thread.
+        Some(f) => (unsafe { f(ctx, db as i32) }) == raw::REDISMODULE_OK as i32,
+        None => false,
+    }
+}
+
+/// Server wall clock, Unix milliseconds.
+pub fn now_ms() -> i64 {
+    match api!(RedisModule_Milliseconds) {
+        // SAFETY: takes no arguments, reads the server clock.
+        Some(f) => unsafe { f() },
+        None => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64),
+    }
+}
+
+/// Whether the client behind `ctx` may not be blocked (MULTI, Lua,
+/// functions, or other contexts where the server denies blocking).
+pub fn blocking_denied(ctx: Ctx) -> bool {
+    let Some(f) = api!(RedisModule_GetContextFlags) else {
+        return true;
+    };
+    // SAFETY: ctx is the live context of the current command.
+    let flags = unsafe { f(ctx) } as u32;
+    flags
+        & (raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING
+            | raw::REDISMODULE_CTX_FLAGS_MULTI
+            | raw::REDISMODULE_CTX_FLAGS_LUA)
+        != 0
+}
+
+/// Number of keys in the database selected on `ctx`.
+pub fn db_size(ctx: Ctx) -> u64 {
+    match api!(RedisModule_DbSize) {
+        // SAFETY: ctx is a live context and the server lock is held.
+        Some(f) => unsafe { f(ctx) },
+        None => 0,
+    }
+}
+
+/// Writes a line to the server log (`level`: "notice", "warning", ...).
+pub fn log(ctx: Ctx, level: &str, msg: &str) {
+    let (Some(f), Ok(level), Ok(msg)) = (
+        api!(RedisModule_Log),
+        CString::new(level),
+        CString::new(msg.replace('\0', " ")),
+    ) else {
+        return;
+    };
+    // SAFETY: all pointers are valid NUL-terminated strings; "%s" consumes
+    // exactly the one vararg we pass. A null ctx logs as the module.
+    unsafe { f(ctx, level.as_ptr(), c"%s".as_ptr(), msg.as_ptr()) };
+}

@@ -1,0 +1,145 @@
+//! `Key`: a compact, cheaply clonable byte string for index entries.
+//!
+//! Keys up to [`INLINE_CAP`] bytes live inline (no heap allocation, clone is a
+//! 24-byte copy); longer keys share one reference-counted allocation. Cloning
+//! matters because the persistent index copies B-tree leaves when a snapshot
+//! shares them (see docs/DESIGN.md).
+
+use std::borrow::Borrow;
+use std::cmp::Ordering;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+/// Longest key stored without a heap allocation.
+pub const INLINE_CAP: usize = 22;
+
+#[derive(Clone)]
+enum Repr {
+    Inline { len: u8, buf: [u8; INLINE_CAP] },
+    Heap(Arc<[u8]>),
+}
+
+/// An immutable binary key (never assumed to be UTF-8).
+#[derive(Clone)]
+pub struct Key(Repr);
+
+impl Key {
+    pub fn new(bytes: &[u8]) -> Self {
+        if bytes.len() <= INLINE_CAP {
+            let mut buf = [0u8; INLINE_CAP];
+            buf[..bytes.len()].copy_from_slice(bytes);
+            Key(Repr::Inline {
+                len: bytes.len() as u8,
+                buf,
+            })
+        } else {
+            Key(Repr::Heap(Arc::from(bytes)))
+        }
+    }
+
+    #[inline]
+    pub fn as_bytes(&self) -> &[u8] {
+        match &self.0 {
+            Repr::Inline { len, buf } => &buf[..*len as usize],
+            Repr::Heap(a) => a,
+        }
+    }
+
+    /// Bytes this key owns on the heap (0 when inline).
+    pub fn heap_bytes(&self) -> usize {
+        match &self.0 {
+            Repr::Inline { .. } => 0,
+            Repr::Heap(a) => a.len() + 2 * std::mem::size_of::<usize>(),
+        }
+    }
+}
+
+impl From<&[u8]> for Key {
+    fn from(b: &[u8]) -> Self {
+        Key::new(b)
+    }
+}
+
+impl Borrow<[u8]> for Key {
+    fn borrow(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+impl AsRef<[u8]> for Key {
+    fn as_ref(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+impl Eq for Key {}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Key {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.as_bytes().cmp(other.as_bytes())
+    }
+}
+
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.as_bytes().hash(state)
+    }
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Key({:?})", String::from_utf8_lossy(self.as_bytes()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[test]
+    fn key_is_24_bytes() {
+        assert_eq!(std::mem::size_of::<Key>(), 24);
+    }
+
+    #[rstest]
+    #[case(b"")]
+    #[case(b"a")]
+    #[case(b"exactly-22-bytes-long!")]
+    #[case(b"twenty-three bytes long")]
+    #[case(b"\x00\xff binary \x80 key that is definitely longer than inline")]
+    fn round_trips(#[case] bytes: &[u8]) {
+        let k = Key::new(bytes);
+        assert_eq!(k.as_bytes(), bytes);
+        assert_eq!(k.clone(), k);
+        assert_eq!(k.heap_bytes() > 0, bytes.len() > INLINE_CAP);
+    }
+
+    #[test]
+    fn orders_like_byte_slices_across_representations() {
+        let mut v: Vec<Vec<u8>> = vec![
+            b"b".to_vec(),
+            b"a".repeat(30),
+            b"a".to_vec(),
+            b"\xff".to_vec(),
+            b"a".repeat(22),
+            Vec::new(),
+        ];
+        let mut keys: Vec<Key> = v.iter().map(|b| Key::new(b)).collect();
+        v.sort();
+        keys.sort();
+        let back: Vec<Vec<u8>> = keys.iter().map(|k| k.as_bytes().to_vec()).collect();
+        assert_eq!(back, v);
+    }
+}

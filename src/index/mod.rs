@@ -1,0 +1,195 @@
+//! The versioned shadow index: one persistent ordered map per database.
+//!
+//! Pure Rust, no server types. The live maps are written only by the thread
+//! that holds the server lock (notifications, server events, backfill slices);
+//! a [`Snapshot`] is an O(1) clone of a map's root that later writes never
+//! change (path copying), so workers read it without any lock.
+//! See docs/DESIGN.md for why this structure.
+
+pub mod key;
+pub mod meta;
+pub mod walk;
+
+pub use key::Key;
+pub use meta::{Meta, TypeId, TypeNames};
+
+use imbl::OrdMap;
+use std::sync::Arc;
+
+/// One database's keys.
+pub type KeyMap = OrdMap<Key, Meta>;
+
+/// What changed in the index after applying the truth about one key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    Unchanged,
+    Inserted,
+    Updated,
+    Removed,
+}
+
+#[derive(Clone, Default)]
+struct DbIndex {
+    map: KeyMap,
+    /// Bumped on every change; snapshots remember the version they saw.
+    version: u64,
+    /// Heap bytes of long keys (inline keys cost nothing extra).
+    heap_bytes: usize,
+}
+
+/// Live index of every database.
+///
+/// Locking: not internally synchronised. The module keeps it in a `Mutex`
+/// taken only by threads that hold the server lock, so it is uncontended.
+#[derive(Default)]
+pub struct Keyspace {
+    dbs: Vec<DbIndex>,
+    /// Module type names interned for `TYPE` filters.
+    pub type_names: TypeNames,
+}
+
+/// A frozen, shareable view of one database at one instant.
+pub struct Snapshot {
+    pub map: KeyMap,
+    pub db: usize,
+    pub version: u64,
+    /// Server clock (Unix ms) at the instant the snapshot was opened: keys
+    /// whose expiry had passed by then are not part of the snapshot.
+    pub at_ms: i64,
+}
+
+impl Snapshot {
+    /// Keys alive in the snapshot, in order (for tests and small tools).
+    pub fn live_keys(&self) -> impl Iterator<Item = &Key> {
+        self.map
+            .iter()
+            .filter(move |(_, m)| m.alive_at(self.at_ms))
+            .map(|(k, _)| k)
+    }
+}
+
+impl Keyspace {
+    pub fn new(databases: usize) -> Self {
+        Keyspace {
+            dbs: vec![DbIndex::default(); databases.max(1)],
+            type_names: TypeNames::default(),
+        }
+    }
+
+    fn db_mut(&mut self, db: usize) -> &mut DbIndex {
+        if db >= self.dbs.len() {
+            self.dbs.resize_with(db + 1, DbIndex::default);
+        }
+        &mut self.dbs[db]
+    }
+
+    pub fn databases(&self) -> usize {
+        self.dbs.len()
+    }
+
+    /// Records the truth about `key` in `db`: `Some(meta)` if it exists,
+    /// `None` if it does not. A write that changes nothing leaves the map
+    /// (and any snapshot sharing it) untouched, so no node is copied.
+    pub fn apply(&mut self, db: usize, key: &[u8], truth: Option<Meta>) -> Change {
+        let d = self.db_mut(db);
+        let change = match (d.map.get(key).copied(), truth) {
+            (None, None) => return Change::Unchanged,
+            (Some(old), Some(new)) if old == new => return Change::Unchanged,
+            (None, Some(m)) => {
+                let k = Key::new(key);
+                d.heap_bytes += k.heap_bytes();
+                d.map.insert(k, m);
+                Change::Inserted
+            }
+            (Some(_), Some(m)) => {
+                if let Some(v) = d.map.get_mut(key) {
+                    *v = m;
+                }
+                Change::Updated
+            }
+            (Some(_), None) => {
+                if let Some((k, _)) = d.map.remove_with_key(key) {
+                    d.heap_bytes = d.heap_bytes.saturating_sub(k.heap_bytes());
+                }
+                Change::Removed
+            }
+        };
+        d.version += 1;
+        change
+    }
+
+    /// Empties one database in O(1) and returns the old map so the caller
+    /// can drop it off the main thread (it may hold millions of keys).
+    pub fn flush(&mut self, db: usize) -> KeyMap {
+        let d = self.db_mut(db);
+        d.version += 1;
+        d.heap_bytes = 0;
+        std::mem::take(&mut d.map)
+    }
+
+    /// Empties every database; returns the old maps for disposal.
+    pub fn flush_all(&mut self) -> Vec<KeyMap> {
+        (0..self.dbs.len()).map(|db| self.flush(db)).collect()
+    }
+
+    /// Exchanges two databases' indexes in O(1) (SWAPDB).
+    pub fn swap(&mut self, a: usize, b: usize) {
+        self.db_mut(a.max(b));
+        self.dbs.swap(a, b);
+        self.dbs[a].version += 1;
+        self.dbs[b].version += 1;
+    }
+
+    /// Opens a snapshot in O(1): clones the root pointer, copies nothing.
+    pub fn snapshot(&mut self, db: usize, at_ms: i64) -> Arc<Snapshot> {
+        let d = self.db_mut(db);
+        Arc::new(Snapshot {
+            map: d.map.clone(),
+            db,
+            version: d.version,
+            at_ms,
+        })
+    }
+
+    pub fn len(&self, db: usize) -> usize {
+        self.dbs.get(db).map_or(0, |d| d.map.len())
+    }
+
+    pub fn version(&self, db: usize) -> u64 {
+        self.dbs.get(db).map_or(0, |d| d.version)
+    }
+
+    pub fn get(&self, db: usize, key: &[u8]) -> Option<Meta> {
+        self.dbs.get(db).and_then(|d| d.map.get(key).copied())
+    }
+
+    /// Keys per database (only non-empty ones), for INFO.
+    pub fn sizes(&self) -> Vec<(usize, usize)> {
+        self.dbs
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| !d.map.is_empty())
+            .map(|(i, d)| (i, d.map.len()))
+            .collect()
+    }
+
+    /// Estimated bytes held by the live index (see [`EST_BYTES_PER_ENTRY`]).
+    pub fn memory_estimate(&self) -> usize {
+        self.dbs
+            .iter()
+            .map(|d| d.map.len() * EST_BYTES_PER_ENTRY + d.heap_bytes)
+            .sum()
+    }
+
+    pub fn total_keys(&self) -> usize {
+        self.dbs.iter().map(|d| d.map.len()).sum()
+    }
+}
+
+/// Estimated bytes the index uses per entry beyond heap-stored key bytes:
+/// the (key, meta) slot in a B+tree leaf of 16 slots kept about 3/4 full,
+/// plus the leaf header and a share of the branch levels.
+pub const EST_BYTES_PER_ENTRY: usize = 48;
+
+#[cfg(test)]
+mod tests;

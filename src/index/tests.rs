@@ -1,0 +1,238 @@
+//! Unit and property tests of the index and its MVCC rules.
+
+use super::meta::{HASH, STRING};
+use super::walk::{walk, ScanSpec};
+use super::*;
+use crate::glob::Pattern;
+use proptest::prelude::*;
+use rstest::rstest;
+use std::collections::BTreeMap;
+
+fn m(ty: TypeId) -> Option<Meta> {
+    Some(Meta::new(ty, None))
+}
+
+fn spec(pattern: Option<&[u8]>, count: usize, budget: usize) -> ScanSpec {
+    ScanSpec {
+        pattern: pattern.map(Pattern::new),
+        type_filter: None,
+        count,
+        budget,
+    }
+}
+
+/// Runs a whole iteration page by page; returns all keys and the page sizes.
+fn full(snap: &Snapshot, s: &ScanSpec) -> (Vec<Vec<u8>>, Vec<usize>) {
+    let mut out = Vec::new();
+    let mut pages = Vec::new();
+    let mut after: Option<Key> = None;
+    for _ in 0..1_000_000 {
+        let p = walk(&snap.map, snap.at_ms, after.as_ref(), s);
+        pages.push(p.keys.len());
+        out.extend(p.keys.iter().map(|k| k.as_bytes().to_vec()));
+        match p.resume_after {
+            Some(k) => after = Some(k),
+            None => return (out, pages),
+        }
+    }
+    panic!("iteration did not terminate");
+}
+
+#[rstest]
+#[case(None, Change::Unchanged)]
+#[case(m(STRING), Change::Inserted)]
+fn apply_on_missing_key(#[case] truth: Option<Meta>, #[case] want: Change) {
+    let mut ks = Keyspace::new(1);
+    let v0 = ks.version(0);
+    assert_eq!(ks.apply(0, b"k", truth), want);
+    assert_eq!(ks.version(0) != v0, want != Change::Unchanged);
+}
+
+#[test]
+fn apply_same_truth_twice_changes_nothing() {
+    let mut ks = Keyspace::new(1);
+    ks.apply(0, b"k", m(HASH));
+    let v = ks.version(0);
+    assert_eq!(ks.apply(0, b"k", m(HASH)), Change::Unchanged);
+    assert_eq!(ks.version(0), v);
+    assert_eq!(ks.apply(0, b"k", m(STRING)), Change::Updated);
+    assert_eq!(ks.get(0, b"k"), m(STRING));
+    assert_eq!(ks.apply(0, b"k", None), Change::Removed);
+    assert_eq!(ks.len(0), 0);
+}
+
+#[test]
+fn snapshot_is_isolated_from_later_writes_flush_and_swap() {
+    let mut ks = Keyspace::new(2);
+    for i in 0..1000u32 {
+        ks.apply(0, format!("k{i}").as_bytes(), m(STRING));
+    }
+    let snap = ks.snapshot(0, 0);
+    for i in 0..500u32 {
+        ks.apply(0, format!("k{i}").as_bytes(), None);
+        ks.apply(0, format!("new{i}").as_bytes(), m(HASH));
+    }
+    ks.swap(0, 1);
+    ks.flush_all();
+    assert_eq!(snap.live_keys().count(), 1000);
+    assert!(snap.map.values().all(|v| v.type_id() == STRING));
+    assert_eq!(ks.total_keys(), 0);
+}
+
+#[test]
+fn swap_exchanges_databases() {
+    let mut ks = Keyspace::new(4);
+    ks.apply(0, b"a", m(STRING));
+    ks.apply(3, b"b", m(STRING));
+    ks.swap(0, 3);
+    assert!(ks.get(0, b"b").is_some() && ks.get(3, b"a").is_some());
+    assert_eq!(ks.sizes(), vec![(0, 1), (3, 1)]);
+}
+
+#[test]
+fn expired_keys_are_excluded_at_the_snapshot_instant() {
+    let mut ks = Keyspace::new(1);
+    ks.apply(0, b"gone", Some(Meta::new(STRING, Some(99))));
+    ks.apply(0, b"edge", Some(Meta::new(STRING, Some(100))));
+    ks.apply(0, b"later", Some(Meta::new(STRING, Some(101))));
+    let snap = ks.snapshot(0, 100);
+    let keys: Vec<_> = snap.live_keys().map(|k| k.as_bytes().to_vec()).collect();
+    assert_eq!(keys, vec![b"edge".to_vec(), b"later".to_vec()]);
+}
+
+#[rstest]
+#[case(1)]
+#[case(7)]
+#[case(1000)]
+fn pages_never_exceed_count_and_cover_everything_once(#[case] count: usize) {
+    let mut ks = Keyspace::new(1);
+    for i in 0..777u32 {
+        ks.apply(0, format!("key:{i:05}").as_bytes(), m(STRING));
+    }
+    let snap = ks.snapshot(0, 0);
+    let (keys, pages) = full(&snap, &spec(None, count, 1_000_000));
+    assert!(pages.iter().all(|&n| n <= count));
+    assert_eq!(keys.len(), 777);
+    let mut sorted = keys.clone();
+    sorted.dedup();
+    assert_eq!(sorted.len(), 777);
+}
+
+#[test]
+fn budget_bounds_the_work_of_one_call() {
+    let mut ks = Keyspace::new(1);
+    for i in 0..1000u32 {
+        ks.apply(0, format!("k{i:04}").as_bytes(), m(STRING));
+    }
+    let snap = ks.snapshot(0, 0);
+    let s = spec(Some(b"*999"), 10, 100);
+    let p = walk(&snap.map, 0, None, &s);
+    assert_eq!(p.examined, 100);
+    assert!(p.keys.is_empty() && p.resume_after.is_some());
+    let (keys, _) = full(&snap, &s);
+    assert_eq!(keys, vec![b"k0999".to_vec()]);
+}
+
+#[test]
+fn prefix_pattern_visits_only_the_prefix_range() {
+    let mut ks = Keyspace::new(1);
+    for u in 0..200u32 {
+        for n in 0..10u32 {
+            ks.apply(0, format!("user:{u}:{n}").as_bytes(), m(STRING));
+        }
+    }
+    let snap = ks.snapshot(0, 0);
+    let p = walk(
+        &snap.map,
+        0,
+        None,
+        &spec(Some(b"user:42:*"), 100, 1_000_000),
+    );
+    assert_eq!(p.keys.len(), 10);
+    assert_eq!(p.examined, 10, "must not look outside the prefix");
+    assert!(p.resume_after.is_none());
+}
+
+#[test]
+fn type_filter() {
+    let mut ks = Keyspace::new(1);
+    ks.apply(0, b"s", m(STRING));
+    ks.apply(0, b"h", m(HASH));
+    let snap = ks.snapshot(0, 0);
+    let mut s = spec(None, 10, 100);
+    s.type_filter = Some(HASH);
+    let (keys, _) = full(&snap, &s);
+    assert_eq!(keys, vec![b"h".to_vec()]);
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Set(u8, u8),
+    Del(u8),
+    Flush,
+    Snap,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0u8..40, 0u8..3).prop_map(|(k, t)| Op::Set(k, t)),
+        3 => (0u8..40).prop_map(Op::Del),
+        1 => Just(Op::Flush),
+        2 => Just(Op::Snap),
+    ]
+}
+
+proptest! {
+    /// MVCC rule: every snapshot, read after any later sequence of writes,
+    /// flushes and other snapshots, equals the model at its instant; and the
+    /// live index equals the model at the end.
+    #[test]
+    fn snapshots_equal_model_at_their_instant(ops in proptest::collection::vec(op(), 1..200), count in 1usize..8) {
+        let mut ks = Keyspace::new(1);
+        let mut model: BTreeMap<Vec<u8>, TypeId> = BTreeMap::new();
+        type Model = BTreeMap<Vec<u8>, TypeId>;
+        let mut snaps: Vec<(std::sync::Arc<Snapshot>, Model)> = Vec::new();
+        for o in ops {
+            match o {
+                Op::Set(k, t) => {
+                    let key = vec![b'k', k];
+                    ks.apply(0, &key, m(t));
+                    model.insert(key, t);
+                }
+                Op::Del(k) => {
+                    let key = vec![b'k', k];
+                    ks.apply(0, &key, None);
+                    model.remove(&key);
+                }
+                Op::Flush => {
+                    drop(ks.flush(0));
+                    model.clear();
+                }
+                Op::Snap => snaps.push((ks.snapshot(0, 0), model.clone())),
+            }
+        }
+        for (snap, want) in &snaps {
+            let (keys, pages) = full(snap, &spec(None, count, 3));
+            prop_assert!(pages.iter().all(|&n| n <= count));
+            let want_keys: Vec<Vec<u8>> = want.keys().cloned().collect();
+            prop_assert_eq!(keys, want_keys);
+            for (k, t) in want {
+                prop_assert_eq!(snap.map.get(&k[..]).map(|mm| mm.type_id()), Some(*t));
+            }
+        }
+        prop_assert_eq!(ks.len(0), model.len());
+    }
+
+    /// Walking with a pattern returns exactly the keys the matcher accepts.
+    #[test]
+    fn walk_with_pattern_equals_filter(keys in proptest::collection::btree_set(proptest::collection::vec(prop_oneof![Just(b'a'), Just(b'b'), Just(b':'), Just(b'*')], 0..6), 0..60),
+                                       pat in proptest::collection::vec(prop_oneof![Just(b'a'), Just(b'b'), Just(b':'), Just(b'*'), Just(b'?'), Just(b'\\')], 0..5),
+                                       count in 1usize..5, budget in 1usize..7) {
+        let mut ks = Keyspace::new(1);
+        for k in &keys { ks.apply(0, k, m(STRING)); }
+        let snap = ks.snapshot(0, 0);
+        let (got, _) = full(&snap, &spec(Some(&pat), count, budget));
+        let want: Vec<Vec<u8>> = keys.iter().filter(|k| crate::glob::matches(&pat, k)).cloned().collect();
+        prop_assert_eq!(got, want);
+    }
+}

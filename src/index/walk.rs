@@ -1,0 +1,72 @@
+//! One page of a snapshot iteration: walk the ordered map from a position,
+//! filter by expiry, TYPE and MATCH, stop at COUNT matches or the work budget.
+
+use super::{Key, KeyMap, TypeId};
+use crate::glob::Pattern;
+use std::ops::Bound;
+
+/// Filters and limits of one SNAPSHOT.SCAN call.
+#[derive(Clone, Debug)]
+pub struct ScanSpec {
+    pub pattern: Option<Pattern>,
+    pub type_filter: Option<TypeId>,
+    /// Most keys one page carries (COUNT).
+    pub count: usize,
+    /// Most index entries one call examines (`snapshot.scan-budget`).
+    pub budget: usize,
+}
+
+/// Result of one walk.
+#[derive(Debug)]
+pub struct Page {
+    pub keys: Vec<Key>,
+    /// Position to resume after, or `None` when the iteration is complete.
+    pub resume_after: Option<Key>,
+    /// Entries examined (for stats).
+    pub examined: usize,
+}
+
+/// Walks `map` (a snapshot taken at `at_ms`) strictly after `after`.
+///
+/// With a MATCH pattern that has a literal prefix, only keys with that
+/// prefix are visited: the walk seeks to the prefix in O(log n) and stops at
+/// the first key past it.
+pub fn walk(map: &KeyMap, at_ms: i64, after: Option<&Key>, spec: &ScanSpec) -> Page {
+    let prefix: &[u8] = spec.pattern.as_ref().map_or(&[], |p| p.prefix());
+    let check_glob = spec.pattern.as_ref().filter(|p| !p.matches_all());
+    let lower: Bound<&[u8]> = match after {
+        Some(k) if k.as_bytes() >= prefix => Bound::Excluded(k.as_bytes()),
+        _ if prefix.is_empty() => Bound::Unbounded,
+        _ => Bound::Included(prefix),
+    };
+    let count = spec.count.max(1);
+    let budget = spec.budget.max(1);
+    let mut keys = Vec::with_capacity(count.min(1024));
+    let mut examined = 0usize;
+    let mut iter = map
+        .range::<_, [u8]>((lower, Bound::Unbounded))
+        .take_while(|(k, _)| k.as_bytes().starts_with(prefix))
+        .peekable();
+    while let Some((k, m)) = iter.next() {
+        examined += 1;
+        let wanted = m.alive_at(at_ms)
+            && spec.type_filter.is_none_or(|t| t == m.type_id())
+            && check_glob.is_none_or(|p| p.is_match(k.as_bytes()));
+        if wanted {
+            keys.push(k.clone());
+        }
+        if keys.len() >= count || examined >= budget {
+            let resume_after = iter.peek().map(|_| k.clone());
+            return Page {
+                keys,
+                resume_after,
+                examined,
+            };
+        }
+    }
+    Page {
+        keys,
+        resume_after: None,
+        examined,
+    }
+}

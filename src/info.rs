@@ -1,0 +1,118 @@
+//! The `snapshot` INFO section.
+
+use crate::backfill;
+use crate::ffi::{api, Ctx};
+use crate::state;
+use redis_module::raw;
+use std::collections::HashSet;
+use std::ffi::CString;
+use std::os::raw::c_int;
+use std::sync::atomic::Ordering;
+
+type InfoCtx = *mut raw::RedisModuleInfoCtx;
+
+/// Registers the INFO callback (replacing redismodule-rs's default one).
+pub fn register(ctx: Ctx) -> Result<(), String> {
+    let f = api!(RedisModule_RegisterInfoFunc).ok_or("no RegisterInfoFunc")?;
+    // SAFETY: OnLoad context and a valid extern callback.
+    if unsafe { f(ctx, Some(info_func)) } != raw::REDISMODULE_OK as c_int {
+        return Err("cannot register the INFO section".into());
+    }
+    Ok(())
+}
+
+fn field(ctx: InfoCtx, name: &str, v: u64) {
+    let (Some(f), Ok(n)) = (api!(RedisModule_InfoAddFieldULongLong), CString::new(name)) else {
+        return;
+    };
+    // SAFETY: ctx is the live INFO context of this callback; n is a C string.
+    unsafe { f(ctx, n.as_ptr(), v) };
+}
+
+extern "C" fn info_func(ctx: InfoCtx, _for_crash_report: c_int) {
+    let _ = std::panic::catch_unwind(|| fill(ctx));
+}
+
+fn fill(ctx: InfoCtx) {
+    let Some(m) = state::try_get() else { return };
+    let Some(add_section) = api!(RedisModule_InfoAddSection) else {
+        return;
+    };
+    // SAFETY: a NULL name asks for the section named after the module
+    // ("snapshot"); ctx is the live INFO context.
+    if unsafe { add_section(ctx, std::ptr::null()) } != raw::REDISMODULE_OK as c_int {
+        return; // section not requested
+    }
+    let (sizes, total, mem, versions) = {
+        let ks = m.index();
+        let versions: Vec<u64> = (0..ks.databases()).map(|db| ks.version(db)).collect();
+        (ks.sizes(), ks.total_keys(), ks.memory_estimate(), versions)
+    };
+    field(ctx, "index_keys", total as u64);
+    for (db, n) in sizes {
+        field(ctx, &format!("index_keys_db{db}"), n as u64);
+    }
+    field(ctx, "index_memory_bytes", mem as u64);
+    field(
+        ctx,
+        "index_bytes_per_key",
+        mem.checked_div(total).unwrap_or(0) as u64,
+    );
+    let c = m.cursors.stats();
+    field(ctx, "open_snapshots", c.open as u64);
+    // Distinct past versions pinned by open iterations (the live version
+    // costs nothing extra).
+    let retained = m.cursors.fold(HashSet::new(), |mut set, e| {
+        let s = &e.value.snap;
+        if versions.get(s.db) != Some(&s.version) {
+            set.insert((s.db, s.version));
+        }
+        set
+    });
+    field(ctx, "retained_versions", retained.len() as u64);
+    field(ctx, "cursors_evicted", c.evicted);
+    field(ctx, "cursors_expired", c.expired);
+    let st = &m.stats;
+    field(ctx, "events_applied", st.events.load(Ordering::Relaxed));
+    field(
+        ctx,
+        "index_changes",
+        st.index_changes.load(Ordering::Relaxed),
+    );
+    field(ctx, "scans_served", st.scans.load(Ordering::Relaxed));
+    field(
+        ctx,
+        "scans_served_inline",
+        st.scans_sync.load(Ordering::Relaxed),
+    );
+    field(
+        ctx,
+        "snapshots_opened",
+        st.snapshots_opened.load(Ordering::Relaxed),
+    );
+    field(
+        ctx,
+        "keys_returned",
+        st.keys_returned.load(Ordering::Relaxed),
+    );
+    field(
+        ctx,
+        "entries_examined",
+        st.entries_examined.load(Ordering::Relaxed),
+    );
+    field(ctx, "workers", m.pool.threads() as u64);
+    field(ctx, "worker_queue_depth", m.pool.queued() as u64);
+    field(ctx, "workers_busy", m.pool.busy() as u64);
+    let p = backfill::progress();
+    field(ctx, "backfill_in_progress", p.running as u64);
+    let pct = if p.running {
+        backfill::percent(&p)
+    } else {
+        100
+    };
+    field(ctx, "backfill_percent", pct);
+    field(ctx, "backfill_keys_scanned", p.scanned);
+    field(ctx, "backfill_keys_total", p.total);
+    field(ctx, "backfill_runs", p.runs);
+    field(ctx, "backfill_longest_lock_hold_us", p.longest_hold_us);
+}

@@ -1,0 +1,105 @@
+//! snapscan: point-in-time `SNAPSHOT.SCAN` for Valkey and Redis, served by
+//! worker threads from a notification-maintained, versioned shadow index.
+//!
+//! This file holds the module declaration and initialisation only.
+
+// Server handles (contexts, strings, keys) are raw pointers that are valid
+// for the duration of the callback that received them; the `ffi` module
+// documents and upholds that contract, so functions taking them stay safe.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
+pub mod backfill;
+pub mod commands;
+pub mod config;
+pub mod cursor;
+pub mod events;
+pub mod ffi;
+pub mod glob;
+pub mod index;
+#[cfg_attr(test, allow(dead_code))]
+mod info;
+pub mod pool;
+pub mod state;
+
+#[cfg(not(test))]
+mod module {
+    use crate::{backfill, commands, config, events, ffi, info, state};
+    use redis_module::configuration::ConfigurationFlags;
+    use redis_module::{redis_module, Context, RedisString, Status};
+
+    fn databases(ctx: &Context) -> usize {
+        ctx.call("CONFIG", &["GET", "databases"])
+            .ok()
+            .and_then(|v| match v {
+                redis_module::RedisValue::Array(a) => a.get(1).cloned(),
+                _ => None,
+            })
+            .and_then(|v| match v {
+                redis_module::RedisValue::SimpleString(s)
+                | redis_module::RedisValue::BulkString(s) => s.parse::<usize>().ok(),
+                redis_module::RedisValue::BulkRedisString(s) => s.to_string().parse::<usize>().ok(),
+                redis_module::RedisValue::StringBuffer(b) => {
+                    std::str::from_utf8(&b).ok().and_then(|s| s.parse().ok())
+                }
+                _ => None,
+            })
+            .unwrap_or(16)
+    }
+
+    fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+            ^ u64::from(std::process::id()).rotate_left(32);
+        let dbs = databases(ctx);
+        state::init(dbs, seed);
+        if let Err(e) = events::subscribe(ctx.ctx).and_then(|_| commands::register(ctx.ctx)) {
+            ctx.log_warning(&format!("snapscan: {e}"));
+            return Status::Err;
+        }
+        if let Err(e) = info::register(ctx.ctx) {
+            ctx.log_warning(&format!("snapscan: {e}"));
+            return Status::Err;
+        }
+        state::start_janitor();
+        if backfill::needed(ctx.ctx, dbs) {
+            ffi::log(
+                ctx.ctx,
+                "notice",
+                "snapscan: data present at load, building the index in the background",
+            );
+            backfill::start(ctx.ctx);
+        }
+        Status::Ok
+    }
+
+    fn deinit(_ctx: &Context) -> Status {
+        // Worker threads and blocked clients may reference module code:
+        // refuse MODULE UNLOAD.
+        Status::Err
+    }
+
+    redis_module! {
+        name: "snapshot",
+        version: 1,
+        allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
+        data_types: [],
+        init: init,
+        deinit: deinit,
+        commands: [],
+        configurations: [
+            i64: [
+                ["workers", &config::WORKERS, 2, 1, 64, ConfigurationFlags::DEFAULT, Some(Box::new(config::on_workers_changed))],
+                ["worker-nice", &config::WORKER_NICE, 10, 0, 19, ConfigurationFlags::DEFAULT, Some(Box::new(config::on_nice_changed))],
+                ["cursor-idle-timeout", &config::IDLE_TIMEOUT, 60, 1, 86_400, ConfigurationFlags::DEFAULT, None],
+                ["max-open-cursors", &config::MAX_OPEN, 1024, 1, 1_000_000, ConfigurationFlags::DEFAULT, None],
+                ["scan-budget", &config::SCAN_BUDGET, 100_000, 100, 1_000_000_000, ConfigurationFlags::DEFAULT, None],
+                ["backfill-batch", &config::BACKFILL_BATCH, 1000, 1, 1_000_000, ConfigurationFlags::DEFAULT, None],
+            ],
+            string: [],
+            bool: [],
+            enum: [],
+            module_args_as_configuration: true,
+        ]
+    }
+}
