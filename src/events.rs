@@ -35,7 +35,43 @@ pub fn subscribe(ctx: Ctx) -> Result<(), String> {
             return Err(format!("cannot subscribe to server event {id}"));
         }
     }
+    let filter = api!(RedisModule_RegisterCommandFilter).ok_or("no command filter API")?;
+    // SAFETY: ctx is the OnLoad context; the callback is a valid extern fn.
+    let f = unsafe {
+        filter(
+            ctx,
+            Some(on_command),
+            raw::REDISMODULE_CMDFILTER_NOSELF as c_int,
+        )
+    };
+    if f.is_null() {
+        return Err("cannot register the command filter".into());
+    }
     Ok(())
+}
+
+/// Sees every command before it runs. Only `DEBUG POPULATE` matters: it
+/// creates keys without any keyspace notification, so it schedules a
+/// backfill, which takes the server lock after the command completes.
+extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
+    let _ = std::panic::catch_unwind(|| {
+        let (Some(count), Some(arg)) = (
+            api!(RedisModule_CommandFilterArgsCount),
+            api!(RedisModule_CommandFilterArgGet),
+        ) else {
+            return;
+        };
+        // SAFETY: fctx is the live filter context of this callback; the
+        // argument strings it returns live for the callback.
+        unsafe {
+            if count(fctx) >= 2
+                && ffi::string_bytes(arg(fctx, 0)).eq_ignore_ascii_case(b"debug")
+                && ffi::string_bytes(arg(fctx, 1)).eq_ignore_ascii_case(b"populate")
+            {
+                backfill::start(std::ptr::null_mut());
+            }
+        }
+    });
 }
 
 /// Runs `f` so that a panic never unwinds into the server.
@@ -59,8 +95,20 @@ pub fn to_meta(found: keys::Found, names: &mut TypeNames) -> Meta {
 }
 
 /// Applies the truth about one key (probed in `db` on `ctx`) to the index.
-pub fn refresh_key(m: &Module, ctx: Ctx, db: usize, key: *mut raw::RedisModuleString, gone: bool) {
-    let found = if gone { None } else { keys::probe(ctx, key) };
+/// `stack_name`: the server may have put the name on its stack (LOADED).
+pub fn refresh_key(
+    m: &Module,
+    ctx: Ctx,
+    db: usize,
+    key: *mut raw::RedisModuleString,
+    gone: bool,
+    stack_name: bool,
+) {
+    let found = match (gone, stack_name) {
+        (true, _) => None,
+        (false, true) => keys::probe_copy(ctx, key),
+        (false, false) => keys::probe(ctx, key),
+    };
     let name = ffi::string_bytes(key);
     let mut ks = m.index();
     let truth = found.map(|f| to_meta(f, &mut ks.type_names));
@@ -85,7 +133,8 @@ extern "C" fn on_keyspace_event(
         // event just before unlinking it; for every other event the key
         // itself tells the truth (exists? which type? which TTL?).
         let gone = type_ & (raw::REDISMODULE_NOTIFY_EXPIRED | raw::REDISMODULE_NOTIFY_EVICTED) != 0;
-        refresh_key(m, ctx, db, key, gone);
+        let loaded = type_ & raw::REDISMODULE_NOTIFY_LOADED != 0;
+        refresh_key(m, ctx, db, key, gone, loaded);
     });
     raw::REDISMODULE_OK as c_int
 }

@@ -55,6 +55,26 @@ pub fn probe(ctx: Ctx, keyname: *mut raw::RedisModuleString) -> Option<Found> {
     found
 }
 
+/// Like [`probe`], for a key name the server may have allocated on its
+/// stack (the "loaded" notification during RDB load): OpenKey would retain
+/// the name, so probe through a heap copy instead.
+pub fn probe_copy(ctx: Ctx, keyname: *mut raw::RedisModuleString) -> Option<Found> {
+    let (create, free) = (
+        api!(RedisModule_CreateString)?,
+        api!(RedisModule_FreeString)?,
+    );
+    let bytes = super::string_bytes(keyname);
+    // SAFETY: creates a heap string owned by us from valid bytes.
+    let copy = unsafe { create(ctx, bytes.as_ptr().cast(), bytes.len()) };
+    if copy.is_null() {
+        return None;
+    }
+    let found = probe(ctx, copy);
+    // SAFETY: frees the string created above, exactly once.
+    unsafe { free(ctx, copy) };
+    found
+}
+
 /// Reads kind and expiry from an already-open key handle (also used by the
 /// backfill, which gets handles from RedisModule_Scan).
 pub fn probe_open(
