@@ -1,0 +1,500 @@
+//! Integration-test harness: starts a real Redis/Valkey server with the module
+//! loaded, on a free loopback port, in its own temporary directory (its log is
+//! `server.log` there; a failing test prints its tail).
+//!
+//! Server: `SNAPSCAN_SERVER` (path; default `redis-server` from PATH), labelled
+//! `SNAPSCAN_SERVER_NAME`; `scripts/test.sh` sets both and runs every test file
+//! once per server of `scripts/servers.sh`. Module: see [`module_path`].
+//!
+//! Usage: `mod common; use common::*;` then `let s = Server::start(); let mut c = s.client();`
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use redis::{Connection, FromRedisValue, RedisResult, ToRedisArgs, Value};
+use tempfile::TempDir;
+
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+const SAVE_TIMEOUT: Duration = Duration::from_secs(60);
+const PORT_ATTEMPTS: usize = 5;
+
+/// How to start a server. `ServerOpts::new()` loads the module; `default()` does not.
+#[derive(Debug, Default, Clone)]
+pub struct ServerOpts {
+    pub load_module: bool,
+    pub module_args: Vec<String>,
+    /// Extra `--name value` options, e.g. `("hash-max-listpack-entries", "4")`.
+    pub extra_config: Vec<(String, String)>,
+    /// Start as a replica of the server on 127.0.0.1:<port>.
+    pub replica_of: Option<u16>,
+}
+
+impl ServerOpts {
+    pub fn new() -> Self {
+        ServerOpts {
+            load_module: true,
+            ..Default::default()
+        }
+    }
+    pub fn without_module() -> Self {
+        ServerOpts::default()
+    }
+    pub fn module_args(mut self, args: &[&str]) -> Self {
+        self.module_args.extend(args.iter().map(|s| s.to_string()));
+        self
+    }
+    pub fn config(mut self, name: &str, value: &str) -> Self {
+        self.extra_config
+            .push((name.to_string(), value.to_string()));
+        self
+    }
+    pub fn replica_of(mut self, port: u16) -> Self {
+        self.replica_of = Some(port);
+        self
+    }
+}
+
+pub struct Server {
+    child: Option<Child>,
+    port: u16,
+    dir: TempDir,
+    opts: ServerOpts,
+    info: OnceLock<(bool, (u32, u32, u32))>,
+}
+
+impl Server {
+    pub fn start() -> Server {
+        Server::start_with(ServerOpts::new())
+    }
+
+    pub fn start_with(opts: ServerOpts) -> Server {
+        let dir = tempfile::Builder::new()
+            .prefix("snapscan-test-")
+            .tempdir()
+            .expect("tempdir");
+        let mut server = Server {
+            child: None,
+            port: 0,
+            dir,
+            opts,
+            info: OnceLock::new(),
+        };
+        for attempt in 1..=PORT_ATTEMPTS {
+            server.port = free_port();
+            match server.spawn() {
+                Ok(()) => return server,
+                // Someone took the port between our probe and the server's bind: try another.
+                Err(log) if log.contains("Address already in use") && attempt < PORT_ATTEMPTS => {}
+                Err(log) => server.fail_start(&log),
+            }
+        }
+        unreachable!()
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Process id of the running server (e.g. to inspect `/proc/<pid>/task`).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("server not running").id()
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir().join("server.log")
+    }
+
+    /// A new connection with read/write timeouts of [`CLIENT_TIMEOUT`].
+    pub fn client(&self) -> Connection {
+        self.try_client(CLIENT_TIMEOUT)
+            .unwrap_or_else(|e| panic!("connecting to 127.0.0.1:{}: {e}", self.port))
+    }
+
+    fn try_client(&self, timeout: Duration) -> RedisResult<Connection> {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?;
+        let con = client.get_connection_with_timeout(timeout)?;
+        con.set_read_timeout(Some(timeout))?;
+        con.set_write_timeout(Some(timeout))?;
+        Ok(con)
+    }
+
+    /// `SNAPSCAN_SERVER_NAME`, else the server binary's file name.
+    pub fn server_name() -> String {
+        std::env::var("SNAPSCAN_SERVER_NAME").unwrap_or_else(|_| {
+            server_binary()
+                .file_name()
+                .map_or("server".into(), |n| n.to_string_lossy().into())
+        })
+    }
+
+    pub fn is_valkey(&self) -> bool {
+        self.server_info().0
+    }
+
+    /// From INFO server: `valkey_version` on Valkey (which also reports a fake
+    /// `redis_version:7.2.4`), else `redis_version`.
+    pub fn version(&self) -> (u32, u32, u32) {
+        self.server_info().1
+    }
+
+    fn server_info(&self) -> (bool, (u32, u32, u32)) {
+        *self.info.get_or_init(|| {
+            let info = cmd_str(&mut self.client(), &["INFO", "server"]);
+            let valkey = info_field(&info, "valkey_version");
+            let version = valkey
+                .clone()
+                .or_else(|| info_field(&info, "redis_version"));
+            let version = version.expect("no version in INFO server");
+            let mut parts = version.split('.').map(|p| p.parse().unwrap_or(0));
+            let mut next = || parts.next().unwrap_or(0);
+            (valkey.is_some(), (next(), next(), next()))
+        })
+    }
+
+    /// `MODULE LOAD <module path> args...`
+    pub fn module_load(&self, args: &[&str]) -> RedisResult<()> {
+        let path = module_path();
+        redis::cmd("MODULE")
+            .arg("LOAD")
+            .arg(path.as_os_str().as_encoded_bytes())
+            .arg(args)
+            .query(&mut self.client())
+    }
+
+    /// `SHUTDOWN SAVE`, then start again on the same port and dir (loading dump.rdb).
+    /// A module loaded with [`Server::module_load`] is not reloaded; use `opts.load_module`.
+    pub fn restart(&mut self) {
+        let reply: RedisResult<Value> =
+            redis::cmd("SHUTDOWN").arg("SAVE").query(&mut self.client());
+        if let Err(e) = &reply {
+            if !e.is_io_error() && !e.is_connection_dropped() && !e.is_unrecoverable_error() {
+                panic!("SHUTDOWN SAVE refused: {e}");
+            }
+        }
+        let mut child = self.child.take().expect("server not running");
+        if !wait_exit(&mut child, SAVE_TIMEOUT) {
+            let _ = child.kill();
+            let _ = child.wait();
+            self.fail_start("server did not exit after SHUTDOWN SAVE");
+        }
+        self.info = OnceLock::new();
+        // The old socket may linger briefly; the port is ours, so retry it.
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            match self.spawn() {
+                Ok(()) => return,
+                Err(log) if log.contains("Address already in use") && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(50))
+                }
+                Err(log) => self.fail_start(&log),
+            }
+        }
+    }
+
+    /// Starts the process on `self.port` and waits for PONG; on failure returns the log tail.
+    fn spawn(&mut self) -> Result<(), String> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .unwrap();
+        let mut cmd = Command::new(server_binary());
+        cmd.arg("--port")
+            .arg(self.port.to_string())
+            .args(["--bind", "127.0.0.1"]);
+        cmd.arg("--dir")
+            .arg(self.dir.path())
+            .args(["--save", "", "--appendonly", "no"]);
+        cmd.args([
+            "--daemonize",
+            "no",
+            "--enable-debug-command",
+            "yes",
+            "--enable-module-command",
+            "yes",
+            // Replicas sync at once instead of after a 5 s wait for more replicas.
+            "--repl-diskless-sync-delay",
+            "0",
+        ]);
+        if self.opts.load_module {
+            cmd.arg("--loadmodule")
+                .arg(module_path())
+                .args(&self.opts.module_args);
+        }
+        for (k, v) in &self.opts.extra_config {
+            cmd.arg(format!("--{k}")).arg(v);
+        }
+        if let Some(p) = self.opts.replica_of {
+            cmd.args(["--replicaof", "127.0.0.1"]).arg(p.to_string());
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawning {:?}: {e}", server_binary()));
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(format!(
+                    "server exited with {status}\n{}",
+                    self.log_tail(40)
+                ));
+            }
+            // PING answers -LOADING until the RDB is loaded. Then make sure the server
+            // that answered is ours, not another one that won the race for the port.
+            let ready = self
+                .try_client(Duration::from_millis(500))
+                .and_then(|mut c| {
+                    let pong: String = redis::cmd("PING").query(&mut c)?;
+                    let info: String = redis::cmd("INFO").arg("server").query(&mut c)?;
+                    Ok((pong, info_field(&info, "process_id")))
+                });
+            if let Ok((pong, pid)) = ready {
+                if pong == "PONG" && pid == Some(child.id().to_string()) {
+                    self.child = Some(child);
+                    return Ok(());
+                }
+                if pong == "PONG" {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err("Address already in use (by another server)".into());
+                }
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "no PONG within {START_TIMEOUT:?}\n{}",
+                    self.log_tail(40)
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn fail_start(&self, why: &str) -> ! {
+        panic!(
+            "starting {} ({:?}) on port {} failed: {why}",
+            Server::server_name(),
+            server_binary(),
+            self.port
+        )
+    }
+
+    /// The last `n` lines of the server's log, or for a crash the `n` lines that end
+    /// 30 lines into the crash report (its stack trace; the rest is memory-test noise).
+    pub fn log_tail(&self, n: usize) -> String {
+        let text = String::from_utf8_lossy(&std::fs::read(self.log_path()).unwrap_or_default())
+            .into_owned();
+        let lines: Vec<&str> = text.lines().collect();
+        let end = lines
+            .iter()
+            .position(|l| l.contains("BUG REPORT START"))
+            .map_or(lines.len(), |i| (i + 30).min(lines.len()));
+        lines[end.saturating_sub(n)..end].join("\n")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if let Ok(mut con) = self.try_client(Duration::from_secs(1)) {
+            let _: RedisResult<Value> = redis::cmd("SHUTDOWN")
+                .arg("NOSAVE")
+                .arg("NOW")
+                .query(&mut con);
+        }
+        if !wait_exit(&mut child, STOP_TIMEOUT) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!(
+                "--- {} log (port {}), last lines ---\n{}",
+                Server::server_name(),
+                self.port,
+                self.log_tail(30)
+            );
+        }
+    }
+}
+
+fn wait_exit(child: &mut Child, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("binding a free port")
+        .port()
+}
+
+/// `SNAPSCAN_MODULE`, else `<target>/release/libsnapscan.so` (target: CARGO_TARGET_DIR or
+/// `<crate>/target`). `cargo test --release` rebuilds `release/deps/libsnapscan.so` but does
+/// not copy it up, so the newer of the two is used: tests never run a stale module.
+pub fn module_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("SNAPSCAN_MODULE") {
+        let path = PathBuf::from(p);
+        assert!(path.is_file(), "SNAPSCAN_MODULE={path:?}: no such file");
+        return path;
+    }
+    let release = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
+        .join("release");
+    let built = [
+        release.join("libsnapscan.so"),
+        release.join("deps/libsnapscan.so"),
+    ];
+    built
+        .into_iter()
+        .filter_map(|p| Some((p.metadata().ok()?.modified().ok()?, p)))
+        .max()
+        .map(|(_, p)| p)
+        .unwrap_or_else(|| {
+            let want = release.join("libsnapscan.so");
+            panic!(
+                "no module at {}: run `cargo build --release`",
+                want.display()
+            )
+        })
+}
+
+/// `SNAPSCAN_SERVER`, else `redis-server` from PATH.
+pub fn server_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("SNAPSCAN_SERVER") {
+        return PathBuf::from(p);
+    }
+    std::env::var_os("PATH")
+        .and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join("redis-server"))
+                .find(|p| p.is_file())
+        })
+        .expect(
+            "no server: set SNAPSCAN_SERVER (see scripts/servers.sh) or put redis-server on PATH",
+        )
+}
+
+/// Polls `f` every 10 ms until it returns true; panics naming `what` after `timeout`.
+pub fn wait_until<F: FnMut() -> bool>(what: &str, timeout: Duration, mut f: F) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if f() {
+            return;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Runs `args` as one command and converts the reply.
+pub fn query<T: FromRedisValue>(con: &mut Connection, args: &[&str]) -> RedisResult<T> {
+    redis::cmd(args[0]).arg(&args[1..]).query(con)
+}
+
+/// Runs `args`, panicking on error, and returns the reply as strings.
+pub fn cmd_strs(con: &mut Connection, args: &[&str]) -> Vec<String> {
+    query(con, args).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+/// Runs `args`, panicking on error, and returns the reply as one string.
+pub fn cmd_str(con: &mut Connection, args: &[&str]) -> String {
+    query(con, args).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+/// A field of an INFO reply (`name:value` lines).
+pub fn info_field(info: &str, name: &str) -> Option<String> {
+    info.lines().find_map(|l| {
+        l.strip_prefix(name)?
+            .strip_prefix(':')
+            .map(|v| v.trim().to_string())
+    })
+}
+
+/// Names of the loaded modules (Redis 8.2 also lists `vectorset`, Valkey 9.1 `lua`).
+pub fn module_names(con: &mut Connection) -> Vec<String> {
+    let modules: Vec<Vec<Value>> = query(con, &["MODULE", "LIST"]).expect("MODULE LIST");
+    modules
+        .iter()
+        .filter_map(|m| {
+            m.chunks(2)
+                .find(|kv| String::from_redis_value(&kv[0]).ok().as_deref() == Some("name"))
+        })
+        .map(|kv| String::from_redis_value(&kv[1]).unwrap())
+        .collect()
+}
+
+/// Loops a SCAN-like command (`cmd <cursor> extra...`, e.g. `SCAN` or `SNAPSHOT.SCAN`)
+/// from cursor "0" until it returns "0"; returns every element of every page.
+pub fn full_scan(con: &mut Connection, cmd: &str, extra: &[&str]) -> Vec<Vec<u8>> {
+    scan_loop(con, cmd, None::<&str>, extra)
+}
+
+/// Like [`full_scan`] for key-scoped scans (`cmd key <cursor> extra...`, e.g. `HSCAN`):
+/// returns the flat reply elements (field, value, field, value... unless NOVALUES).
+pub fn full_hscan<K: ToRedisArgs>(
+    con: &mut Connection,
+    cmd: &str,
+    key: K,
+    extra: &[&str],
+) -> Vec<Vec<u8>> {
+    scan_loop(con, cmd, Some(key), extra)
+}
+
+fn scan_loop<K: ToRedisArgs>(
+    con: &mut Connection,
+    cmd: &str,
+    key: Option<K>,
+    extra: &[&str],
+) -> Vec<Vec<u8>> {
+    const MAX_CALLS: usize = 10_000_000;
+    let (mut cursor, mut out) = ("0".to_string(), Vec::new());
+    for _ in 0..MAX_CALLS {
+        let mut c = redis::cmd(cmd);
+        if let Some(k) = &key {
+            c.arg(k);
+        }
+        let (next, page): (String, Vec<Vec<u8>>) = c
+            .arg(&cursor)
+            .arg(extra)
+            .query(con)
+            .unwrap_or_else(|e| panic!("{cmd} {cursor} {extra:?}: {e}"));
+        out.extend(page);
+        if next == "0" {
+            return out;
+        }
+        cursor = next;
+    }
+    panic!("{cmd} did not finish within {MAX_CALLS} calls");
+}
+
+/// Sorted copy, for order-insensitive comparisons of scan results.
+pub fn sorted<T: Ord + Clone>(v: &[T]) -> Vec<T> {
+    let mut v = v.to_vec();
+    v.sort();
+    v
+}
