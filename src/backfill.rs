@@ -11,6 +11,7 @@
 
 use crate::config;
 use crate::events::to_meta;
+use crate::ffi::thread_ctx::Detached;
 use crate::ffi::{self, api, keys, Ctx};
 use crate::state::{self, Module};
 use redis_module::raw;
@@ -84,46 +85,6 @@ pub fn start(_ctx: Ctx) {
     }
 }
 
-/// A detached thread-safe context; lock/unlock around every use.
-struct Detached(Ctx);
-
-impl Detached {
-    fn new() -> Option<Self> {
-        let get = api!(RedisModule_GetThreadSafeContext)?;
-        // SAFETY: a NULL blocked client asks for a detached context.
-        let c = unsafe { get(std::ptr::null_mut()) };
-        (!c.is_null()).then_some(Detached(c))
-    }
-    fn lock(&self) -> Locked<'_> {
-        if let Some(f) = api!(RedisModule_ThreadSafeContextLock) {
-            // SAFETY: self.0 is live; this thread does not hold the lock yet.
-            unsafe { f(self.0) };
-        }
-        Locked(self)
-    }
-}
-
-impl Drop for Detached {
-    fn drop(&mut self) {
-        if let Some(f) = api!(RedisModule_FreeThreadSafeContext) {
-            // SAFETY: frees the context created in `new`, exactly once.
-            unsafe { f(self.0) };
-        }
-    }
-}
-
-/// The server lock, released on drop (also on unwind).
-struct Locked<'a>(&'a Detached);
-
-impl Drop for Locked<'_> {
-    fn drop(&mut self) {
-        if let Some(f) = api!(RedisModule_ThreadSafeContextUnlock) {
-            // SAFETY: this thread locked it in `Detached::lock`.
-            unsafe { f(self.0 .0) };
-        }
-    }
-}
-
 struct SliceState<'a> {
     m: &'a Module,
     db: usize,
@@ -169,7 +130,7 @@ fn walk_db(m: &Module, tctx: &Detached, db: usize, epoch: u64) -> bool {
             ok = false;
             break;
         }
-        ffi::select_db(tctx.0, db);
+        ffi::select_db(guard.ctx(), db);
         let started = Instant::now();
         let mut st = SliceState { m, db, seen: 0 };
         let batch = config::get(&config::BACKFILL_BATCH).max(1) as u64;
@@ -179,7 +140,7 @@ fn walk_db(m: &Module, tctx: &Detached, db: usize, epoch: u64) -> bool {
             // callback only uses `st` during this call.
             more = unsafe {
                 scan(
-                    tctx.0,
+                    guard.ctx(),
                     cursor,
                     Some(on_scanned),
                     (&mut st as *mut SliceState).cast(),
@@ -206,11 +167,11 @@ fn run() {
     'restart: for _ in 0..1000 {
         let epoch = EPOCH.load(Ordering::SeqCst);
         {
-            let _g = tctx.lock();
+            let g = tctx.lock();
             let total: u64 = (0..databases)
                 .map(|db| {
-                    ffi::select_db(tctx.0, db);
-                    ffi::db_size(tctx.0)
+                    ffi::select_db(g.ctx(), db);
+                    ffi::db_size(g.ctx())
                 })
                 .sum();
             TOTAL.store(total, Ordering::Relaxed);

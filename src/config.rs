@@ -20,6 +20,12 @@ pub static SCAN_BUDGET: AtomicI64 = AtomicI64::new(100_000);
 /// while building the index after MODULE LOAD.
 pub static BACKFILL_BATCH: AtomicI64 = AtomicI64::new(1000);
 
+/// `snapshot.hash-copy-batch`: hash fields copied per hold of the server
+/// lock when SNAPSHOT.HSCAN snapshots a large hash.
+pub static HASH_COPY_BATCH: AtomicI64 = AtomicI64::new(1000);
+/// `snapshot.hash-memory-limit`: bytes all hash snapshots may hold.
+pub static HASH_MEMORY_LIMIT: AtomicI64 = AtomicI64::new(256 << 20);
+
 pub fn get(v: &AtomicI64) -> usize {
     v.load(Ordering::Relaxed).max(0) as usize
 }

@@ -160,11 +160,21 @@ impl<T> Registry<T> {
     /// `Err(None)` for an unknown cursor, `Err(Some(other_db))` otherwise
     /// (the entry then stays registered).
     pub fn take_in(&self, id: u64, db: usize) -> Result<Entry<T>, Option<usize>> {
+        self.take_checked(id, |e| if e.db == db { Ok(()) } else { Err(e.db) })
+    }
+
+    /// Removes the iteration behind `id` if `check` accepts it: `Err(None)`
+    /// for an unknown cursor, `Err(Some(reason))` when `check` refuses (the
+    /// entry then stays registered).
+    pub fn take_checked<E>(
+        &self,
+        id: u64,
+        check: impl FnOnce(&Entry<T>) -> Result<(), E>,
+    ) -> Result<Entry<T>, Option<E>> {
         let mut g = self.lock();
         match g.entries.get(&id) {
             None => return Err(None),
-            Some(e) if e.db != db => return Err(Some(e.db)),
-            Some(_) => {}
+            Some(e) => check(e).map_err(Some)?,
         }
         let e = g.entries.remove(&id).ok_or(None)?;
         g.fresh.remove(&e.tick);

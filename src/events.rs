@@ -110,6 +110,7 @@ pub fn refresh_key(
         (false, false) => keys::probe(ctx, key),
     };
     let name = ffi::string_bytes(key);
+    m.watches.bump(db, name);
     let mut ks = m.index();
     let truth = found.map(|f| to_meta(f, &mut ks.type_names));
     let change = ks.apply(db, name, truth);
@@ -150,6 +151,7 @@ extern "C" fn on_flushdb(
         if subevent != raw::REDISMODULE_SUBEVENT_FLUSHDB_END || data.is_null() {
             return;
         }
+        m.watches.bump_all();
         // SAFETY: for FlushDB events the server passes a RedisModuleFlushInfo.
         let dbnum = unsafe { (*data.cast::<raw::RedisModuleFlushInfo>()).dbnum };
         let mut ks = m.index();
@@ -183,6 +185,7 @@ extern "C" fn on_swapdb(
         }
         m.index()
             .swap(info.dbnum_first as usize, info.dbnum_second as usize);
+        m.watches.bump_all();
         backfill::topology_changed();
     });
 }
@@ -204,6 +207,7 @@ extern "C" fn on_loading(
                 // rebuild the index as keys arrive.
                 let old = m.index().flush_all();
                 m.reaper.dispose(old);
+                m.watches.bump_all();
                 backfill::topology_changed();
             }
             raw::REDISMODULE_SUBEVENT_LOADING_FAILED => {

@@ -103,6 +103,9 @@ fn fill(ctx: InfoCtx) {
     field(ctx, "workers", m.pool.threads() as u64);
     field(ctx, "worker_queue_depth", m.pool.queued() as u64);
     field(ctx, "workers_busy", m.pool.busy() as u64);
+    for (name, v) in crate::commands::hscan::info_figures(m) {
+        field(ctx, name, v);
+    }
     let p = backfill::progress();
     field(ctx, "backfill_in_progress", p.running as u64);
     let pct = if p.running {

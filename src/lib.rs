@@ -15,6 +15,7 @@ pub mod cursor;
 pub mod events;
 pub mod ffi;
 pub mod glob;
+pub mod hash;
 pub mod index;
 #[cfg_attr(test, allow(dead_code))]
 mod info;
@@ -46,12 +47,26 @@ mod module {
             .unwrap_or(16)
     }
 
+    /// Whether the server knows HEXPIRE (hash-field expiry).
+    fn has_hash_field_ttl(ctx: &Context) -> bool {
+        match ctx.call("COMMAND", &["INFO", "hexpire"]) {
+            Ok(redis_module::RedisValue::Array(a)) => a
+                .first()
+                .is_some_and(|v| !matches!(v, redis_module::RedisValue::Null)),
+            _ => true,
+        }
+    }
+
     fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64)
             ^ u64::from(std::process::id()).rotate_left(32);
         let dbs = databases(ctx);
+        commands::hscan::HASH_FIELD_TTL.store(
+            has_hash_field_ttl(ctx),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         state::init(dbs, seed);
         if let Err(e) = events::subscribe(ctx.ctx).and_then(|_| commands::register(ctx.ctx)) {
             ctx.log_warning(&format!("snapscan: {e}"));
@@ -95,6 +110,8 @@ mod module {
                 ["max-open-cursors", &config::MAX_OPEN, 1024, 1, 1_000_000, ConfigurationFlags::DEFAULT, None],
                 ["scan-budget", &config::SCAN_BUDGET, 100_000, 100, 1_000_000_000, ConfigurationFlags::DEFAULT, None],
                 ["backfill-batch", &config::BACKFILL_BATCH, 1000, 1, 1_000_000, ConfigurationFlags::DEFAULT, None],
+                ["hash-copy-batch", &config::HASH_COPY_BATCH, 1000, 1, 1_000_000, ConfigurationFlags::DEFAULT, None],
+                ["hash-memory-limit", &config::HASH_MEMORY_LIMIT, 268_435_456, 1024, i64::MAX, ConfigurationFlags::MEMORY, None],
             ],
             string: [],
             bool: [],

@@ -2,6 +2,8 @@
 
 use crate::config;
 use crate::cursor::Registry;
+use crate::hash::watch::Watches;
+use crate::hash::HashCopy;
 use crate::index::{Key, Keyspace, Snapshot};
 use crate::pool::{Pool, Reaper};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,8 +16,19 @@ pub struct ScanCursor {
     pub after: Key,
 }
 
+/// A SNAPSHOT.HSCAN iteration in progress: the hash copy and a position.
+pub struct HashCursor {
+    pub copy: Arc<HashCopy>,
+    pub key: Box<[u8]>,
+    pub pos: usize,
+}
+
 #[derive(Default)]
 pub struct Stats {
+    pub hash_scans: AtomicU64,
+    pub hash_copy_retries: AtomicU64,
+    pub hash_copy_fallbacks: AtomicU64,
+    pub hash_longest_hold_us: AtomicU64,
     pub events: AtomicU64,
     pub index_changes: AtomicU64,
     pub scans: AtomicU64,
@@ -30,6 +43,8 @@ pub struct Module {
     /// uncontended; never locked by workers.
     index: Mutex<Keyspace>,
     pub cursors: Registry<ScanCursor>,
+    pub hash_cursors: Registry<HashCursor>,
+    pub watches: Watches,
     pub pool: Pool,
     pub reaper: Reaper,
     pub stats: Stats,
@@ -58,6 +73,8 @@ pub fn init(databases: usize, seed: u64) -> &'static Module {
     MODULE.get_or_init(|| Module {
         index: Mutex::new(Keyspace::new(databases)),
         cursors: Registry::new(seed),
+        hash_cursors: Registry::new(seed.rotate_left(17) ^ 0x5eed),
+        watches: Watches::new(),
         pool: Pool::new(
             "snapscan-worker",
             config::get(&config::WORKERS),
@@ -82,8 +99,9 @@ pub fn start_janitor() {
             std::thread::sleep(std::time::Duration::from_millis(250));
             if let Some(m) = try_get() {
                 let idle_ms = config::get(&config::IDLE_TIMEOUT) as u64 * 1000;
-                let gone = m.cursors.expire_idle(m.mono_ms(), idle_ms);
-                drop(gone);
+                drop(m.cursors.expire_idle(m.mono_ms(), idle_ms));
+                drop(m.hash_cursors.expire_idle(m.mono_ms(), idle_ms));
+                m.watches.sweep();
             }
         });
 }

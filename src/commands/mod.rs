@@ -4,6 +4,7 @@
 //! reply. No panic crosses into the server: it becomes an error reply.
 
 pub mod args;
+pub mod hscan;
 pub mod scan;
 
 use crate::ffi::{self, api, reply::Reply, Ctx};
@@ -46,6 +47,14 @@ extern "C" fn snapshot_scan(
     dispatch(ctx, argv, argc, scan::run)
 }
 
+extern "C" fn snapshot_hscan(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    dispatch(ctx, argv, argc, hscan::run)
+}
+
 struct Spec {
     name: &'static str,
     func: raw::RedisModuleCmdFunc,
@@ -54,13 +63,83 @@ struct Spec {
     acl: &'static str,
 }
 
-const COMMANDS: &[Spec] = &[Spec {
-    name: "snapshot.scan",
-    func: Some(snapshot_scan),
-    flags: "readonly",
-    keys: (0, 0, 0),
-    acl: "keyspace read slow",
-}];
+const COMMANDS: &[Spec] = &[
+    Spec {
+        name: "snapshot.scan",
+        func: Some(snapshot_scan),
+        flags: "readonly",
+        keys: (0, 0, 0),
+        acl: "keyspace read slow",
+    },
+    Spec {
+        name: "snapshot.hscan",
+        func: Some(snapshot_hscan),
+        flags: "readonly",
+        keys: (1, 1, 1),
+        acl: "read hash slow",
+    },
+];
+
+/// Declares SNAPSHOT.HSCAN's key precisely: position 1, read-only, values
+/// accessed (so ACL read-only key patterns like `%R~` allow it), arity -3.
+fn set_hscan_info(ctx: Ctx, name: &CString) {
+    let (Some(get), Some(set_info)) = (
+        api!(RedisModule_GetCommand),
+        api!(RedisModule_SetCommandInfo),
+    ) else {
+        return;
+    };
+    let mut specs = [
+        raw::RedisModuleCommandKeySpec {
+            notes: std::ptr::null(),
+            flags: u64::from(raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS),
+            begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX,
+            bs: raw::RedisModuleCommandKeySpec__bindgen_ty_1 {
+                index: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 { pos: 1 },
+            },
+            find_keys_type: raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE,
+            fk: raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
+                range: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 {
+                    lastkey: 0,
+                    keystep: 1,
+                    limit: 0,
+                },
+            },
+        },
+        // SAFETY: the key-spec list ends with an all-zero entry; every field
+        // of this plain C struct is valid when zeroed (null pointer, 0 enums).
+        unsafe { std::mem::zeroed() },
+    ];
+    let version = raw::RedisModuleCommandInfoVersion {
+        version: 1,
+        sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
+        sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
+        sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
+    };
+    let info = raw::RedisModuleCommandInfo {
+        version: &version,
+        summary: c"Iterates a point-in-time snapshot of a hash's fields and values.".as_ptr(),
+        complexity: c"O(1) per call after an O(N) copy made in bounded slices.".as_ptr(),
+        since: c"0.1.0".as_ptr(),
+        history: std::ptr::null_mut(),
+        tips: c"nondeterministic_output".as_ptr(),
+        arity: -3,
+        key_specs: specs.as_mut_ptr(),
+        args: std::ptr::null_mut(),
+    };
+    // SAFETY: the command exists; `info` and everything it points to live
+    // until SetCommandInfo returns (the server copies what it keeps).
+    unsafe {
+        let cmd = get(ctx, name.as_ptr());
+        if !cmd.is_null() && set_info(cmd, &info) != raw::REDISMODULE_OK as c_int {
+            ffi::log(
+                ctx,
+                "warning",
+                "snapscan: cannot set key specs of snapshot.hscan",
+            );
+        }
+    }
+}
 
 /// Registers every command. ACL categories are set where the server
 /// supports them (Redis 7.2+/Valkey); on Redis 7.0 commands get none.
@@ -83,6 +162,9 @@ pub fn register(ctx: Ctx) -> Result<(), String> {
         };
         if rc != raw::REDISMODULE_OK as c_int {
             return Err(format!("cannot create command {}", c.name));
+        }
+        if c.name == "snapshot.hscan" {
+            set_hscan_info(ctx, &name);
         }
         if let (Some(get), Some(set_acl)) = (
             api!(RedisModule_GetCommand),

@@ -59,20 +59,30 @@ pub fn probe(ctx: Ctx, keyname: *mut raw::RedisModuleString) -> Option<Found> {
 /// stack (the "loaded" notification during RDB load): OpenKey would retain
 /// the name, so probe through a heap copy instead.
 pub fn probe_copy(ctx: Ctx, keyname: *mut raw::RedisModuleString) -> Option<Found> {
-    let (create, free) = (
-        api!(RedisModule_CreateString)?,
-        api!(RedisModule_FreeString)?,
-    );
-    let bytes = super::string_bytes(keyname);
-    // SAFETY: creates a heap string owned by us from valid bytes.
-    let copy = unsafe { create(ctx, bytes.as_ptr().cast(), bytes.len()) };
-    if copy.is_null() {
-        return None;
+    let copy = super::OwnedString::new(ctx, super::string_bytes(keyname))?;
+    probe(ctx, copy.ptr())
+}
+
+/// Number of elements of the value at `keyname` (0 when missing).
+pub fn value_len(ctx: Ctx, keyname: *mut raw::RedisModuleString) -> usize {
+    let (Some(open), Some(close), Some(len)) = (
+        api!(RedisModule_OpenKey),
+        api!(RedisModule_CloseKey),
+        api!(RedisModule_ValueLength),
+    ) else {
+        return 0;
+    };
+    // SAFETY: ctx/keyname are live and the server lock is held; the key
+    // handle is closed before returning.
+    unsafe {
+        let key = open(ctx, keyname, OPEN_FLAGS as i32);
+        if key.is_null() {
+            return 0;
+        }
+        let n = len(key);
+        close(key);
+        n
     }
-    let found = probe(ctx, copy);
-    // SAFETY: frees the string created above, exactly once.
-    unsafe { free(ctx, copy) };
-    found
 }
 
 /// Reads kind and expiry from an already-open key handle (also used by the
@@ -162,5 +172,29 @@ fn call_type(ctx: Ctx, keyname: *mut raw::RedisModuleString) -> Option<Vec<u8>> 
         let out = (!p.is_null()).then(|| std::slice::from_raw_parts(p.cast::<u8>(), len).to_vec());
         free(reply);
         out.filter(|n| !n.is_empty() && n.as_slice() != b"none")
+    }
+}
+
+/// Smallest field TTL of the hash at `keyname`: `Some(None)` when no field
+/// has one, `None` when this server cannot tell (no API).
+pub fn hash_min_field_expire(
+    ctx: Ctx,
+    keyname: *mut raw::RedisModuleString,
+) -> Option<Option<i64>> {
+    let (open, close, min) = (
+        api!(RedisModule_OpenKey)?,
+        api!(RedisModule_CloseKey)?,
+        api!(RedisModule_HashFieldMinExpire)?,
+    );
+    // SAFETY: ctx/keyname are live and the server lock is held; the key
+    // handle is closed before returning.
+    unsafe {
+        let key = open(ctx, keyname, OPEN_FLAGS as i32);
+        if key.is_null() {
+            return Some(None);
+        }
+        let t = min(key);
+        close(key);
+        Some((t >= 0).then_some(t))
     }
 }

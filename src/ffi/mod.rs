@@ -2,8 +2,10 @@
 //! server pointers lives under `ffi/`; the rest of the crate is plain Rust.
 
 pub mod blocked;
+pub mod hashcopy;
 pub mod keys;
 pub mod reply;
+pub mod thread_ctx;
 
 use redis_module::raw;
 use std::ffi::CString;
@@ -39,6 +41,35 @@ pub fn string_bytes<'a>(s: *const raw::RedisModuleString) -> &'a [u8] {
             return &[];
         }
         std::slice::from_raw_parts(p.cast::<u8>(), len)
+    }
+}
+
+/// A server string we created and free on drop.
+pub struct OwnedString {
+    ctx: Ctx,
+    s: *mut raw::RedisModuleString,
+}
+
+impl OwnedString {
+    pub fn new(ctx: Ctx, bytes: &[u8]) -> Option<Self> {
+        let create = api!(RedisModule_CreateString)?;
+        // SAFETY: creates a string owned by us from valid bytes.
+        let s = unsafe { create(ctx, bytes.as_ptr().cast(), bytes.len()) };
+        (!s.is_null()).then_some(OwnedString { ctx, s })
+    }
+
+    pub fn ptr(&self) -> *mut raw::RedisModuleString {
+        self.s
+    }
+}
+
+impl Drop for OwnedString {
+    fn drop(&mut self) {
+        if let Some(free) = api!(RedisModule_FreeString) {
+            // SAFETY: frees the string created in `new`, exactly once, with
+            // the same context.
+            unsafe { free(self.ctx, self.s) };
+        }
     }
 }
 

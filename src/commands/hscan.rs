@@ -1,0 +1,379 @@
+//! SNAPSHOT.HSCAN key cursor [MATCH pattern] [COUNT count] [NOVALUES]
+
+use super::args::{parse_cursor, parse_options, Allowed, CmdError};
+use crate::config;
+use crate::ffi::hashcopy::{self, CopyError};
+use crate::ffi::thread_ctx::Detached;
+use crate::ffi::{self, blocked::BlockedReply, keys, reply::Reply, Ctx};
+use crate::glob::Pattern;
+use crate::hash::{self, Builder, HashCopy};
+use crate::index::meta::HASH;
+use crate::state::{self, HashCursor, Module};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+const DEFAULT_COUNT: usize = 10;
+/// Sliced copies restarted because the hash changed between slices,
+/// before falling back to one copy under a single hold of the lock.
+const MAX_RETRIES: usize = 3;
+const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+/// Page options of one call.
+struct PageSpec {
+    pattern: Option<Pattern>,
+    count: usize,
+    budget: usize,
+    novalues: bool,
+}
+
+/// A copy still being made: what the worker needs to finish it.
+struct Pending {
+    builder: Builder,
+    cursor: Vec<u8>,
+    version: u64,
+    epoch: u64,
+}
+
+/// `SNAPSHOT.HSCAN key cursor [MATCH pattern] [COUNT count] [NOVALUES]`
+///
+/// Cursor 0 snapshots the hash: a hash unchanged since a copy that is still
+/// in use is shared in O(1); a small one (at most `snapshot.hash-copy-batch`
+/// fields, or any listpack) is copied right here; a large one gets its first
+/// slice here and the rest on a worker, slice by slice under the server
+/// lock. Pages are cut on a worker.
+pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
+    if args.len() < 3 {
+        return Err(CmdError::WrongArity);
+    }
+    let key = args[1];
+    let cursor = parse_cursor(args[2])?;
+    let opts = parse_options(
+        &args[3..],
+        Allowed {
+            type_filter: false,
+            novalues: true,
+        },
+    )?;
+    let m = state::try_get().ok_or_else(|| CmdError::msg("ERR snapscan is not initialised"))?;
+    let spec = PageSpec {
+        pattern: opts.pattern.map(Pattern::new),
+        count: opts.count.unwrap_or(DEFAULT_COUNT),
+        budget: config::get(&config::SCAN_BUDGET),
+        novalues: opts.novalues,
+    };
+    let db = ffi::selected_db(ctx);
+    Module::bump(&m.stats.hash_scans, 1);
+    let inline = ffi::blocking_denied(ctx);
+
+    if cursor != 0 {
+        let e = m
+            .hash_cursors
+            .take_checked(cursor, |e| {
+                if e.db != db {
+                    Err(format!("belongs to database {}, not {db}", e.db))
+                } else if *e.value.key != *key {
+                    Err("belongs to another key".to_string())
+                } else {
+                    Ok(())
+                }
+            })
+            .map_err(|why| {
+                CmdError::msg(match why {
+                    None => format!(
+                        "ERR cursor {cursor} is unknown, already used or expired; restart the scan from cursor 0"
+                    ),
+                    Some(w) => format!("ERR cursor {cursor} {w}; restart the scan from cursor 0"),
+                })
+            })?;
+        let (copy, pages) = (e.value.copy, e.pages);
+        respond(ctx, m, inline, db, key, copy, e.value.pos, pages, spec);
+        return Ok(());
+    }
+
+    // Cursor 0: the truth about the key, now.
+    let name = ffi::OwnedString::new(ctx, key)
+        .ok_or_else(|| CmdError::msg("ERR snapscan: out of memory"))?;
+    match keys::probe(ctx, name.ptr()) {
+        None => {
+            write_page(&Reply::new(ctx), 0, None, &[], true);
+            return Ok(());
+        }
+        Some(f) if f.kind != keys::Kind::Builtin(HASH) => return Err(CmdError::msg(WRONGTYPE)),
+        Some(_) => {}
+    }
+    if reuse_is_safe(ctx, &name) {
+        if let Some(copy) = m.watches.reusable(db, key) {
+            respond(ctx, m, inline, db, key, copy, 0, 0, spec);
+            return Ok(());
+        }
+    }
+    let (version, epoch) = m.watches.begin_copy(db, key);
+    let mut builder = Builder::new(config::get(&config::HASH_MEMORY_LIMIT));
+    let batch = config::get(&config::HASH_COPY_BATCH).max(1);
+    let started = Instant::now();
+    // First slice (or everything when small / when we cannot block).
+    let first = if inline {
+        hashcopy::hgetall(ctx, key, &mut builder).map(|_| b"0".to_vec())
+    } else if keys::value_len(ctx, name.ptr()) <= batch {
+        hashcopy::hgetall(ctx, key, &mut builder).map(|_| b"0".to_vec())
+    } else {
+        hashcopy::hscan_slice(ctx, key, b"0", batch, &mut builder)
+    };
+    record_hold(m, started);
+    let next = match first {
+        Ok(next) => next,
+        Err(e) => {
+            m.watches.end_copy(db, key, None);
+            return match copy_error(e) {
+                None => {
+                    write_page(&Reply::new(ctx), 0, None, &[], true);
+                    Ok(())
+                }
+                Some(msg) => Err(CmdError::msg(msg)),
+            };
+        }
+    };
+    if next == b"0" {
+        let copy = Arc::new(builder.finish());
+        m.watches.end_copy(db, key, Some((&copy, version, epoch)));
+        respond(ctx, m, inline, db, key, copy, 0, 0, spec);
+        return Ok(());
+    }
+    // A large hash: finish the copy on a worker, slice by slice.
+    let Some(bc) = BlockedReply::block(ctx) else {
+        m.watches.end_copy(db, key, None);
+        return Err(CmdError::msg("ERR snapscan: cannot block the client"));
+    };
+    let pending = Pending {
+        builder,
+        cursor: next,
+        version,
+        epoch,
+    };
+    let key: Box<[u8]> = key.into();
+    let job = Box::new(move || {
+        let copied = finish_copy(m, db, &key, pending);
+        match copied {
+            Ok(copy) => {
+                let (next, items) = serve(m, db, &key, copy.clone(), 0, 0, &spec);
+                bc.reply(|r| write_page(r, next, Some(&copy), &items, spec.novalues));
+            }
+            Err(e) => bc.reply(|r| match copy_error(e) {
+                None => write_page(r, 0, None, &[], true),
+                Some(msg) => r.error(&msg),
+            }),
+        }
+    });
+    if let Err(job) = m.pool.submit(job) {
+        job();
+    }
+    Ok(())
+}
+
+/// Whether hash-field expiry cannot have silently removed a field since a
+/// copy was made: always on servers without field TTLs; on servers with
+/// them only when the server reports the hash's smallest field TTL and it
+/// lies in the future. (Fields that merely expire fire no notification.)
+fn reuse_is_safe(ctx: Ctx, name: &ffi::OwnedString) -> bool {
+    if !HASH_FIELD_TTL.load(Ordering::Relaxed) {
+        return true;
+    }
+    match keys::hash_min_field_expire(ctx, name.ptr()) {
+        Some(None) => true,
+        Some(Some(t)) => t > ffi::now_ms(),
+        None => false,
+    }
+}
+
+/// Whether this server has hash-field expiry (HEXPIRE), set at load.
+pub static HASH_FIELD_TTL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+fn record_hold(m: &Module, started: Instant) {
+    let us = started.elapsed().as_micros() as u64;
+    m.stats
+        .hash_longest_hold_us
+        .fetch_max(us, Ordering::Relaxed);
+}
+
+/// The error reply for a failed copy; `None` when the key vanished or
+/// changed type while being copied (answered like a missing key).
+fn copy_error(e: CopyError) -> Option<String> {
+    match e {
+        CopyError::OverLimit(o) => Some(format!(
+            "ERR snapscan: hash snapshots would exceed snapshot.hash-memory-limit ({} of {} bytes held); retry later or raise the limit",
+            o.held, o.limit
+        )),
+        CopyError::Gone => None,
+        CopyError::Failed(s) => Some(format!("ERR snapscan: cannot copy the hash: {s}")),
+    }
+}
+
+/// Finishes a sliced copy on a worker. Each slice holds the server lock for
+/// at most `snapshot.hash-copy-batch` fields; if the hash changes between
+/// slices the copy restarts, and after [`MAX_RETRIES`] restarts the rest is
+/// copied under one hold of the lock (documented fallback).
+fn finish_copy(
+    m: &'static Module,
+    db: usize,
+    key: &[u8],
+    mut p: Pending,
+) -> Result<Arc<HashCopy>, CopyError> {
+    let tctx = Detached::new().ok_or(CopyError::Failed("no thread-safe context".into()))?;
+    let batch = config::get(&config::HASH_COPY_BATCH).max(1);
+    let mut retries = 0;
+    let result = loop {
+        let g = tctx.lock();
+        let started = Instant::now();
+        ffi::select_db(g.ctx(), db);
+        if m.watches.current(db, key) != (p.version, p.epoch) {
+            // Changed since the previous slice: start over from this instant.
+            Module::bump(&m.stats.hash_copy_retries, 1);
+            retries += 1;
+            p.builder.clear();
+            p.cursor = b"0".to_vec();
+            (p.version, p.epoch) = m.watches.current(db, key);
+            if retries > MAX_RETRIES {
+                Module::bump(&m.stats.hash_copy_fallbacks, 1);
+                let r = hashcopy::hgetall(g.ctx(), key, &mut p.builder);
+                record_hold(m, started);
+                break r;
+            }
+        }
+        let r = hashcopy::hscan_slice(g.ctx(), key, &p.cursor, batch, &mut p.builder);
+        record_hold(m, started);
+        drop(g);
+        match r {
+            Ok(next) if next == b"0" => break Ok(()),
+            Ok(next) => p.cursor = next,
+            Err(e) => break Err(e),
+        }
+    };
+    match result {
+        Ok(()) => {
+            let copy = Arc::new(p.builder.finish());
+            m.watches
+                .end_copy(db, key, Some((&copy, p.version, p.epoch)));
+            Ok(copy)
+        }
+        Err(e) => {
+            m.watches.end_copy(db, key, None);
+            Err(e)
+        }
+    }
+}
+
+/// Replies one page: on a worker when the client can be blocked, inline
+/// otherwise (MULTI, Lua, functions).
+#[allow(clippy::too_many_arguments)]
+fn respond(
+    ctx: Ctx,
+    m: &'static Module,
+    inline: bool,
+    db: usize,
+    key: &[u8],
+    copy: Arc<HashCopy>,
+    pos: usize,
+    pages: u64,
+    spec: PageSpec,
+) {
+    let blocked = if inline {
+        None
+    } else {
+        BlockedReply::block(ctx)
+    };
+    match blocked {
+        None => {
+            let (next, items) = serve(m, db, key, copy.clone(), pos, pages, &spec);
+            write_page(&Reply::new(ctx), next, Some(&copy), &items, spec.novalues);
+        }
+        Some(bc) => {
+            let key: Box<[u8]> = key.into();
+            let job = Box::new(move || {
+                let (next, items) = serve(m, db, &key, copy.clone(), pos, pages, &spec);
+                bc.reply(|r| write_page(r, next, Some(&copy), &items, spec.novalues));
+            });
+            if let Err(job) = m.pool.submit(job) {
+                job();
+            }
+        }
+    }
+}
+
+/// Cuts one page and registers the continuation; returns the next cursor.
+fn serve(
+    m: &Module,
+    db: usize,
+    key: &[u8],
+    copy: Arc<HashCopy>,
+    pos: usize,
+    pages: u64,
+    spec: &PageSpec,
+) -> (u64, Vec<usize>) {
+    let page = copy.page(pos, spec.pattern.as_ref(), spec.count, spec.budget);
+    let next = match page.next {
+        None => 0,
+        Some(pos) => {
+            let (id, evicted) = m.hash_cursors.insert(
+                HashCursor {
+                    copy,
+                    key: key.into(),
+                    pos,
+                },
+                db,
+                pages + 1,
+                m.mono_ms(),
+                config::get(&config::MAX_OPEN),
+            );
+            if !evicted.is_empty() {
+                m.reaper.dispose(evicted);
+            }
+            id
+        }
+    };
+    (next, page.items)
+}
+
+/// `[cursor, [field, value, ...]]` (fields only with NOVALUES).
+fn write_page(r: &Reply, next: u64, copy: Option<&HashCopy>, items: &[usize], novalues: bool) {
+    r.array(2);
+    r.bulk(next.to_string().as_bytes());
+    let Some(copy) = copy else {
+        r.array(0);
+        return;
+    };
+    r.array(if novalues {
+        items.len()
+    } else {
+        items.len() * 2
+    });
+    for &i in items {
+        r.bulk(copy.field(i));
+        if !novalues {
+            r.bulk(copy.value(i));
+        }
+    }
+}
+
+/// Hash snapshot figures for INFO.
+pub fn info_figures(m: &Module) -> [(&'static str, u64); 8] {
+    [
+        ("hash_snapshots_open", hash::copies_open() as u64),
+        ("hash_snapshot_bytes", hash::bytes_held() as u64),
+        ("hash_copies_made", hash::copies_made()),
+        ("hash_copies_reused", m.watches.reused()),
+        (
+            "hash_copy_retries",
+            m.stats.hash_copy_retries.load(Ordering::Relaxed),
+        ),
+        (
+            "hash_copy_fallbacks",
+            m.stats.hash_copy_fallbacks.load(Ordering::Relaxed),
+        ),
+        (
+            "hash_longest_lock_hold_us",
+            m.stats.hash_longest_hold_us.load(Ordering::Relaxed),
+        ),
+        ("hash_cursors_open", m.hash_cursors.stats().open as u64),
+    ]
+}
