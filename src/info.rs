@@ -29,7 +29,12 @@ fn field(ctx: InfoCtx, name: &str, v: u64) {
     unsafe { f(ctx, n.as_ptr(), v) };
 }
 
-extern "C" fn info_func(ctx: InfoCtx, _for_crash_report: c_int) {
+extern "C" fn info_func(ctx: InfoCtx, for_crash_report: c_int) {
+    // A crash report may be written while this thread holds our locks:
+    // report nothing rather than risk a deadlock there.
+    if for_crash_report != 0 {
+        return;
+    }
     let _ = std::panic::catch_unwind(|| fill(ctx));
 }
 
