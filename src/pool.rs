@@ -16,8 +16,10 @@ pub type Job = Box<dyn FnOnce() + Send + 'static>;
 
 struct Shared {
     rx: Mutex<Receiver<Job>>,
-    /// Desired number of threads; threads with a higher index retire.
+    /// Desired number of threads; surplus threads retire when idle.
     target: AtomicUsize,
+    /// Threads ever started (names only).
+    started: AtomicUsize,
     /// Threads currently alive.
     alive: AtomicUsize,
     queued: AtomicUsize,
@@ -40,6 +42,7 @@ impl Pool {
             shared: Arc::new(Shared {
                 rx: Mutex::new(rx),
                 target: AtomicUsize::new(0),
+                started: AtomicUsize::new(0),
                 alive: AtomicUsize::new(0),
                 queued: AtomicUsize::new(0),
                 busy: AtomicUsize::new(0),
@@ -52,16 +55,29 @@ impl Pool {
     }
 
     /// Grows or shrinks the pool to `threads` (at least 1). Shrinking takes
-    /// effect as idle threads notice (within 100 ms) or finish their job.
+    /// effect as surplus threads notice (within 100 ms, or after their job).
     pub fn resize(&self, threads: usize) {
         let threads = threads.max(1);
         self.shared.target.store(threads, Ordering::SeqCst);
-        while self.shared.alive.load(Ordering::SeqCst) < threads {
-            let idx = self.shared.alive.fetch_add(1, Ordering::SeqCst);
+        loop {
+            let alive = self.shared.alive.load(Ordering::SeqCst);
+            if alive >= self.shared.target.load(Ordering::SeqCst) {
+                break;
+            }
+            // Claim one slot; lose the race gracefully to a retiring thread.
+            if self
+                .shared
+                .alive
+                .compare_exchange(alive, alive + 1, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+            {
+                continue;
+            }
+            let n = self.shared.started.fetch_add(1, Ordering::SeqCst);
             let shared = Arc::clone(&self.shared);
             let spawned = std::thread::Builder::new()
-                .name(format!("{}-{idx}", self.name))
-                .spawn(move || worker(shared, idx));
+                .name(format!("{}-{n}", self.name))
+                .spawn(move || worker(shared));
             if spawned.is_err() {
                 self.shared.alive.fetch_sub(1, Ordering::SeqCst);
                 break;
@@ -110,12 +126,30 @@ fn set_thread_nice(nice: usize) {
     }
 }
 
-fn worker(shared: Arc<Shared>, idx: usize) {
+/// Retires the calling thread if the pool has more threads than wanted:
+/// exactly one surplus thread wins each decrement.
+fn retire_if_surplus(shared: &Shared) -> bool {
+    loop {
+        let alive = shared.alive.load(Ordering::SeqCst);
+        if alive <= shared.target.load(Ordering::SeqCst) {
+            return false;
+        }
+        if shared
+            .alive
+            .compare_exchange(alive, alive - 1, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            return true;
+        }
+    }
+}
+
+fn worker(shared: Arc<Shared>) {
     let mut nice = shared.nice.load(Ordering::SeqCst);
     set_thread_nice(nice);
     loop {
-        if idx >= shared.target.load(Ordering::SeqCst) {
-            break;
+        if retire_if_surplus(&shared) {
+            return;
         }
         let next = {
             let rx = shared.rx.lock().unwrap_or_else(|e| e.into_inner());
@@ -197,12 +231,33 @@ mod tests {
         assert!(!got.contains(&3));
         pool.resize(4);
         assert_eq!(pool.threads(), 4);
-        pool.resize(1);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while pool.threads() > 1 && Instant::now() < deadline {
-            std::thread::yield_now();
-        }
-        assert_eq!(pool.threads(), 1);
+        settle(&pool, 1);
         assert_eq!(pool.queued(), 0);
+    }
+
+    fn settle(pool: &Pool, want: usize) {
+        pool.resize(want);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while pool.threads() != want && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(pool.threads(), want);
+    }
+
+    #[test]
+    fn resizes_interrupted_midway_converge_to_the_last_size() {
+        let pool = Pool::new("r", 4, 0);
+        for round in 0..5 {
+            pool.resize(1);
+            // Interrupt the shrink as soon as it started.
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while pool.threads() > 3 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            pool.resize(4);
+            settle(&pool, 3);
+            assert_eq!(pool.threads(), 3, "round {round}");
+            pool.resize(4);
+        }
     }
 }
