@@ -29,6 +29,9 @@ struct PageSpec {
 
 /// A copy still being made: what the worker needs to finish it.
 struct Pending {
+    /// Slices stay consistent only while the clock is below this: the
+    /// smallest field TTL of the hash when the copy (re)started.
+    valid_until: Option<i64>,
     builder: Builder,
     cursor: Vec<u8>,
     version: u64,
@@ -102,7 +105,8 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
         Some(f) if f.kind != keys::Kind::Builtin(HASH) => return Err(CmdError::msg(WRONGTYPE)),
         Some(_) => {}
     }
-    if reuse_is_safe(ctx, &name) {
+    let guard = ttl_guard(ctx, &name, db);
+    if reuse_is_safe(guard) {
         if let Some(copy) = m.watches.reusable(db, key) {
             respond(ctx, m, inline, db, key, copy, 0, 0, spec);
             return Ok(());
@@ -112,8 +116,9 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     let mut builder = Builder::new(config::get(&config::HASH_MEMORY_LIMIT));
     let batch = config::get(&config::HASH_COPY_BATCH).max(1);
     let started = Instant::now();
-    // First slice (or everything when small / when we cannot block).
-    let first = if inline {
+    // First slice (or everything when small, when we cannot block, or when
+    // fields may expire unseen between slices).
+    let first = if inline || guard == TtlGuard::OneHold {
         hashcopy::hgetall(ctx, key, &mut builder).map(|_| b"0".to_vec())
     } else if keys::value_len(ctx, name.ptr()) <= batch {
         hashcopy::hgetall(ctx, key, &mut builder).map(|_| b"0".to_vec())
@@ -146,6 +151,10 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
         return Err(CmdError::msg("ERR snapscan: cannot block the client"));
     };
     let pending = Pending {
+        valid_until: match guard {
+            TtlGuard::Until(t) => Some(t),
+            _ => None,
+        },
         builder,
         cursor: next,
         version,
@@ -175,14 +184,39 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
 /// copy was made: always on servers without field TTLs; on servers with
 /// them only when the server reports the hash's smallest field TTL and it
 /// lies in the future. (Fields that merely expire fire no notification.)
-fn reuse_is_safe(ctx: Ctx, name: &ffi::OwnedString) -> bool {
+fn reuse_is_safe(guard: TtlGuard) -> bool {
+    match guard {
+        TtlGuard::Never => true,
+        TtlGuard::Until(t) => t > ffi::now_ms(),
+        TtlGuard::OneHold => false,
+    }
+}
+
+/// How field TTLs constrain a copy of one hash (fields that expire fire no
+/// notification until they are reclaimed, so slices cannot see them go).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TtlGuard {
+    /// No field of this hash can expire.
+    Never,
+    /// The first field TTL; slices are consistent while the clock is below.
+    Until(i64),
+    /// The server cannot tell (Valkey 9 with field TTLs in this database):
+    /// copy in one hold, never share.
+    OneHold,
+}
+
+fn ttl_guard(ctx: Ctx, name: &ffi::OwnedString, db: usize) -> TtlGuard {
     if !HASH_FIELD_TTL.load(Ordering::Relaxed) {
-        return true;
+        return TtlGuard::Never;
     }
     match keys::hash_min_field_expire(ctx, name.ptr()) {
-        Some(None) => true,
-        Some(Some(t)) => t > ffi::now_ms(),
-        None => false,
+        Some(None) => TtlGuard::Never,
+        // A field past its TTL but not yet reclaimed: which other fields
+        // expire during a sliced copy cannot be told, so copy in one hold.
+        Some(Some(t)) if t <= ffi::now_ms() => TtlGuard::OneHold,
+        Some(Some(t)) => TtlGuard::Until(t),
+        None if !keys::db_may_have_field_ttls(ctx, db) => TtlGuard::Never,
+        None => TtlGuard::OneHold,
     }
 }
 
@@ -226,14 +260,19 @@ fn finish_copy(
         let g = tctx.lock();
         let started = Instant::now();
         ffi::select_db(g.ctx(), db);
-        if m.watches.current(db, key) != (p.version, p.epoch) {
+        let expired_meanwhile = p.valid_until.is_some_and(|t| ffi::now_ms() >= t);
+        if expired_meanwhile || m.watches.current(db, key) != (p.version, p.epoch) {
             // Changed since the previous slice: start over from this instant.
             Module::bump(&m.stats.hash_copy_retries, 1);
             retries += 1;
             p.builder.clear();
             p.cursor = b"0".to_vec();
             (p.version, p.epoch) = m.watches.current(db, key);
-            if retries > MAX_RETRIES {
+            p.valid_until = ffi::OwnedString::new(g.ctx(), key)
+                .and_then(|n| keys::hash_min_field_expire(g.ctx(), n.ptr()))
+                .flatten();
+            let stale = p.valid_until.is_some_and(|t| t <= ffi::now_ms());
+            if retries > MAX_RETRIES || stale {
                 Module::bump(&m.stats.hash_copy_fallbacks, 1);
                 let r = hashcopy::hgetall(g.ctx(), key, &mut p.builder);
                 record_hold(m, started);

@@ -37,6 +37,8 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
         },
     )?;
     let m = state::try_get().ok_or_else(|| CmdError::msg("ERR snapscan is not initialised"))?;
+    // Writes of this execution unit (MULTI, a script) not yet applied.
+    crate::events::drain();
     let p = backfill::progress();
     if p.running {
         return Err(CmdError::msg(format!(
@@ -57,7 +59,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     };
     let db = ffi::selected_db(ctx);
     let start = if cursor == 0 {
-        let snap = m.index().snapshot(db, ffi::now_ms());
+        let snap = m.index().snapshot(db, ffi::command_time_ms());
         Module::bump(&m.stats.snapshots_opened, 1);
         Start {
             snap,

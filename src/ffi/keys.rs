@@ -198,3 +198,41 @@ pub fn hash_min_field_expire(
         Some((t >= 0).then_some(t))
     }
 }
+
+/// Whether database `db` may hold hashes with field TTLs, from the
+/// `keys_with_volatile_items` figure of `INFO keyspace` (Valkey 9+). `true`
+/// when the server does not say.
+pub fn db_may_have_field_ttls(ctx: Ctx, db: usize) -> bool {
+    let (Some(call), Some(strptr), Some(free)) = (
+        api!(RedisModule_Call),
+        api!(RedisModule_CallReplyStringPtr),
+        api!(RedisModule_FreeCallReply),
+    ) else {
+        return true;
+    };
+    // SAFETY: the server lock is held; "c" consumes one C string; the reply
+    // is freed once after its bytes are read.
+    let text = unsafe {
+        let reply = call(ctx, c"INFO".as_ptr(), c"c".as_ptr(), c"keyspace".as_ptr());
+        if reply.is_null() {
+            return true;
+        }
+        let mut len = 0usize;
+        let p = strptr(reply, &mut len);
+        let t = (!p.is_null()).then(|| {
+            String::from_utf8_lossy(std::slice::from_raw_parts(p.cast::<u8>(), len)).into_owned()
+        });
+        free(reply);
+        t
+    };
+    let Some(text) = text else { return true };
+    let prefix = format!("db{db}:");
+    match text.lines().find_map(|l| l.strip_prefix(prefix.as_str())) {
+        // No line: the database is empty.
+        None => false,
+        Some(fields) => fields
+            .split(',')
+            .find_map(|kv| kv.strip_prefix("keys_with_volatile_items="))
+            .is_none_or(|n| n.trim() != "0"),
+    }
+}

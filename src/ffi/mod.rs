@@ -102,6 +102,17 @@ pub fn now_ms() -> i64 {
     }
 }
 
+/// The server's time for the running command, Unix milliseconds: frozen
+/// for the whole of a MULTI/EXEC or script, as the server uses it to decide
+/// expiry. Falls back to the wall clock where the API is missing (7.0).
+pub fn command_time_ms() -> i64 {
+    match api!(RedisModule_CachedMicroseconds) {
+        // SAFETY: takes no arguments, reads the server's cached clock.
+        Some(f) => (unsafe { f() }) / 1000,
+        None => now_ms(),
+    }
+}
+
 /// Whether the client behind `ctx` may not be blocked (MULTI, Lua,
 /// functions, or other contexts where the server denies blocking).
 pub fn blocking_denied(ctx: Ctx) -> bool {

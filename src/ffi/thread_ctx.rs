@@ -19,6 +19,12 @@ impl Detached {
         (!c.is_null()).then_some(Detached(c))
     }
 
+    /// The context itself, for a caller that already holds the server lock
+    /// (e.g. code running on the main thread).
+    pub fn ctx(&self) -> Ctx {
+        self.0
+    }
+
     /// Takes the server lock until the guard drops (also on unwind).
     pub fn lock(&self) -> Locked<'_> {
         if let Some(f) = api!(RedisModule_ThreadSafeContextLock) {
