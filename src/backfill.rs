@@ -10,7 +10,6 @@
 //! new load during the walk restarts it (upserts are idempotent).
 
 use crate::config;
-use crate::events::to_meta;
 use crate::ffi::thread_ctx::Detached;
 use crate::ffi::{self, api, keys, Ctx};
 use crate::state::{self, Module};
@@ -106,9 +105,7 @@ extern "C" fn on_scanned(
             (false, Some(kt)) => keys::probe_open(ctx, keyname, key, kt),
             _ => keys::probe(ctx, keyname),
         };
-        let mut ks = st.m.index();
-        let truth = found.map(|f| to_meta(f, &mut ks.type_names));
-        ks.apply(st.db, ffi::string_bytes(keyname), truth);
+        crate::events::apply(st.m, st.db, ffi::string_bytes(keyname), found);
     }));
 }
 
@@ -163,7 +160,7 @@ fn walk_db(m: &Module, tctx: &Detached, db: usize, epoch: u64) -> bool {
 fn run() {
     let Some(m) = state::try_get() else { return };
     let Some(tctx) = Detached::new() else { return };
-    let databases = m.index().databases();
+    let databases = m.databases;
     'restart: for _ in 0..1000 {
         let epoch = EPOCH.load(Ordering::SeqCst);
         {

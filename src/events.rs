@@ -5,39 +5,22 @@
 //! The server keeps one subscription per event and module, so nothing else
 //! in the crate may subscribe.
 //!
-//! A notification only says "something happened to this key". Servers fire
-//! some of them before the change is complete (a hash whose last field
-//! expired is reported deleted before it is unlinked, for instance), and
-//! some from contexts whose selected database is not the key's (MOVE/COPY
-//! inside MULTI on some versions). So the key is not looked at inside the
-//! callback: it is queued, and one post-notification job per execution unit
-//! re-reads every queued key once the unit has finished (servers without
-//! post-notification jobs, Redis 7.0, re-read at once). Commands that read
-//! the index first drain the queue, so a client always reads its writes,
-//! also inside MULTI and scripts.
+//! A notification only says "something happened to this key": the module
+//! re-reads the key (exists? type? expiry?) and records that truth in the
+//! index's operation log; the tree itself is updated off the main thread.
+//! Two kinds of events are special: deletions ("del", "expired",
+//! "evicted"), which some servers fire just before unlinking the key, and
+//! MOVE/COPY ... DB, which some servers fire from a context selected on
+//! another database, so the key is re-read in every database.
 
 use crate::backfill;
 use crate::ffi::thread_ctx::Detached;
 use crate::ffi::{self, api, keys, Ctx};
-use crate::index::{Change, Key, Meta, TypeNames};
+use crate::index::{Key, Meta, Op, TypeNames};
 use crate::state::{self, Module};
 use redis_module::raw;
 use std::os::raw::{c_char, c_int, c_void};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
-
-/// A key to re-read.
-struct Pending {
-    db: usize,
-    key: Key,
-    /// Expired or evicted: gone whatever the server still shows.
-    gone: bool,
-    /// MOVE/COPY: re-read the key in every database.
-    all_dbs: bool,
-}
-
-static PENDING: Mutex<Vec<Pending>> = Mutex::new(Vec::new());
-static JOB_SCHEDULED: AtomicBool = AtomicBool::new(false);
 
 /// The context used to read keys in any database on the main thread. A
 /// detached context has a client of its own: selecting a database on it
@@ -99,84 +82,25 @@ pub fn to_meta(found: keys::Found, names: &mut TypeNames) -> Meta {
 }
 
 /// Records what the server says about `key` in `db` (`found`).
-fn apply(m: &Module, db: usize, key: &[u8], found: Option<keys::Found>) {
-    let mut ks = m.index();
-    let truth = found.map(|f| to_meta(f, &mut ks.type_names));
-    let change = ks.apply(db, key, truth);
-    drop(ks);
-    if change != Change::Unchanged {
-        Module::bump(&m.stats.index_changes, 1);
-    }
+pub fn apply(m: &Module, db: usize, key: &[u8], found: Option<keys::Found>) {
+    let truth = found.map(|f| to_meta(f, &mut m.type_names()));
+    m.push(Op::Set(db, Key::new(key), truth));
 }
 
-/// Re-reads one queued key through the probe context.
-fn resolve(m: &Module, probe: Ctx, p: &Pending) {
-    if p.gone {
-        return apply(m, p.db, p.key.as_bytes(), None);
-    }
-    let Some(name) = ffi::OwnedString::new(probe, p.key.as_bytes()) else {
+/// Re-reads `key` in every database through the probe context (MOVE and
+/// COPY ... DB: some servers fire them from a context selected on another
+/// database than the key's).
+fn refresh_everywhere(m: &Module, key: &[u8]) {
+    let guard = PROBE.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(probe) = guard.as_ref() else { return };
+    let ctx = probe.0.ctx();
+    let Some(name) = ffi::OwnedString::new(ctx, key) else {
         return;
     };
-    let dbs = if p.all_dbs {
-        0..m.index().databases()
-    } else {
-        p.db..p.db + 1
-    };
-    for db in dbs {
-        if ffi::select_db(probe, db) {
-            apply(m, db, p.key.as_bytes(), keys::probe(probe, name.ptr()));
+    for db in 0..m.databases {
+        if ffi::select_db(ctx, db) {
+            apply(m, db, key, keys::probe(ctx, name.ptr()));
         }
-    }
-}
-
-/// Applies every queued key. Must run on the main thread or with the
-/// server lock held. Called by the post-notification job and before any
-/// command reads the index.
-pub fn drain() {
-    let Some(m) = state::try_get() else { return };
-    loop {
-        let batch = std::mem::take(&mut *PENDING.lock().unwrap_or_else(|e| e.into_inner()));
-        if batch.is_empty() {
-            return;
-        }
-        let guard = PROBE.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(probe) = guard.as_ref() else { return };
-        let ctx = probe.0.ctx();
-        for p in &batch {
-            resolve(m, ctx, p);
-        }
-    }
-}
-
-extern "C" fn run_pending(ctx: *mut raw::RedisModuleCtx, _pd: *mut c_void) {
-    JOB_SCHEDULED.store(false, Ordering::SeqCst);
-    guarded(ctx, "post-notification", drain);
-}
-
-/// Queues a key; makes sure a job will drain the queue after this unit.
-fn enqueue(ctx: Ctx, p: Pending) {
-    {
-        let mut q = PENDING.lock().unwrap_or_else(|e| e.into_inner());
-        let same = q.last().is_some_and(|l| {
-            l.db == p.db && l.key == p.key && l.gone == p.gone && l.all_dbs == p.all_dbs
-        });
-        if !same {
-            q.push(p);
-        }
-    }
-    if JOB_SCHEDULED.swap(true, Ordering::SeqCst) {
-        return;
-    }
-    let scheduled = api!(RedisModule_AddPostNotificationJob).is_some_and(|add| {
-        // SAFETY: ctx is the live notification context; the job callback is
-        // a valid extern fn and needs no private data.
-        (unsafe { add(ctx, Some(run_pending), std::ptr::null_mut(), None) })
-            == raw::REDISMODULE_OK as c_int
-    });
-    if !scheduled {
-        // No post-notification jobs on this server: apply right away.
-        JOB_SCHEDULED.store(false, Ordering::SeqCst);
-        drain();
     }
 }
 
@@ -203,16 +127,15 @@ extern "C" fn on_keyspace_event(
         } else {
             unsafe { std::ffi::CStr::from_ptr(event) }
         };
-        let event = event.to_bytes();
-        let p = Pending {
-            db,
-            key: Key::new(name),
-            // By name: field-level events ("hexpired") share the EXPIRED
-            // class on some servers but leave the key in place.
-            gone: matches!(event, b"expired" | b"evicted"),
-            all_dbs: matches!(event, b"move_from" | b"move_to" | b"copy_to"),
-        };
-        enqueue(ctx, p);
+        match event.to_bytes() {
+            // Gone, whatever the server still shows: these are fired just
+            // before the key is unlinked on some servers. (By name: field
+            // events such as "hexpired" share the EXPIRED class on some
+            // servers but leave the key in place.)
+            b"del" | b"expired" | b"evicted" => apply(m, db, name, None),
+            b"move_from" | b"move_to" | b"copy_to" => refresh_everywhere(m, name),
+            _ => apply(m, db, name, keys::probe(ctx, key)),
+        }
     });
     raw::REDISMODULE_OK as c_int
 }
@@ -231,14 +154,11 @@ extern "C" fn on_flushdb(
         m.watches.bump_all();
         // SAFETY: for FlushDB events the server passes a RedisModuleFlushInfo.
         let dbnum = unsafe { (*data.cast::<raw::RedisModuleFlushInfo>()).dbnum };
-        let mut ks = m.index();
-        let old = if dbnum < 0 {
-            ks.flush_all()
+        m.push(if dbnum < 0 {
+            Op::FlushAll
         } else {
-            vec![ks.flush(dbnum as usize)]
-        };
-        drop(ks);
-        m.reaper.dispose(old);
+            Op::Flush(dbnum as usize)
+        });
     });
 }
 
@@ -259,15 +179,7 @@ extern "C" fn on_swapdb(
             return;
         }
         let (a, b) = (info.dbnum_first as usize, info.dbnum_second as usize);
-        m.index().swap(a, b);
-        // Keys queued before the swap now live in the other database.
-        for p in PENDING.lock().unwrap_or_else(|e| e.into_inner()).iter_mut() {
-            if p.db == a {
-                p.db = b;
-            } else if p.db == b {
-                p.db = a;
-            }
-        }
+        m.push(Op::Swap(a, b));
         m.watches.bump_all();
         backfill::topology_changed();
     });

@@ -49,7 +49,9 @@ fn fill(ctx: InfoCtx) {
         return; // section not requested
     }
     let (sizes, total, mem, versions) = {
-        let ks = m.index();
+        // Apply pending index updates first so the figures are exact (the
+        // log is normally a few milliseconds behind at most).
+        let ks = m.synced();
         let versions: Vec<u64> = (0..ks.databases()).map(|db| ks.version(db)).collect();
         (ks.sizes(), ks.total_keys(), ks.memory_estimate(), versions)
     };
@@ -79,11 +81,8 @@ fn fill(ctx: InfoCtx) {
     field(ctx, "cursors_expired", c.expired);
     let st = &m.stats;
     field(ctx, "events_applied", st.events.load(Ordering::Relaxed));
-    field(
-        ctx,
-        "index_changes",
-        st.index_changes.load(Ordering::Relaxed),
-    );
+    field(ctx, "index_changes", m.live().changes());
+    field(ctx, "index_backlog", m.live().backlog());
     field(ctx, "scans_served", st.scans.load(Ordering::Relaxed));
     field(
         ctx,

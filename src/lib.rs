@@ -76,6 +76,7 @@ mod module {
             ctx.log_warning(&format!("snapscan: {e}"));
             return Status::Err;
         }
+        state::start_indexer();
         state::start_janitor();
         if backfill::needed(ctx.ctx, dbs) {
             ffi::log(

@@ -117,7 +117,8 @@ impl Pool {
     }
 }
 
-fn set_thread_nice(nice: usize) {
+/// Lowers the calling thread's scheduling priority to `nice` (0-19).
+pub fn set_thread_nice(nice: usize) {
     // SAFETY: gettid and setpriority only read their arguments and affect
     // the calling thread's scheduling priority; failure is harmless.
     unsafe {

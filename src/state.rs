@@ -4,7 +4,7 @@ use crate::config;
 use crate::cursor::Registry;
 use crate::hash::watch::Watches;
 use crate::hash::HashCopy;
-use crate::index::{Key, Keyspace, Snapshot};
+use crate::index::{Key, KeyMap, Keyspace, Live, Op, Snapshot, TypeNames};
 use crate::pool::{Pool, Reaper};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -30,7 +30,6 @@ pub struct Stats {
     pub hash_copy_fallbacks: AtomicU64,
     pub hash_longest_hold_us: AtomicU64,
     pub events: AtomicU64,
-    pub index_changes: AtomicU64,
     pub scans: AtomicU64,
     pub scans_sync: AtomicU64,
     pub snapshots_opened: AtomicU64,
@@ -39,9 +38,12 @@ pub struct Stats {
 }
 
 pub struct Module {
-    /// Live index. Locked only by threads holding the server lock, hence
-    /// uncontended; never locked by workers.
-    index: Mutex<Keyspace>,
+    /// Live index behind its operation log (see `index::live`).
+    live: Live,
+    /// Databases of the server (`databases` config).
+    pub databases: usize,
+    /// Module type names seen so far, for TYPE filters.
+    type_names: Mutex<TypeNames>,
     pub cursors: Registry<ScanCursor>,
     pub hash_cursors: Registry<HashCursor>,
     pub watches: Watches,
@@ -54,8 +56,37 @@ pub struct Module {
 static MODULE: OnceLock<Module> = OnceLock::new();
 
 impl Module {
-    pub fn index(&self) -> MutexGuard<'_, Keyspace> {
-        self.index.lock().unwrap_or_else(|e| e.into_inner())
+    /// Records a change of the keyspace (main thread or server lock held).
+    pub fn push(&self, op: Op) -> u64 {
+        self.live.push(op, &|maps| self.reaper.dispose(maps))
+    }
+
+    /// Sequence number of the last recorded change.
+    pub fn pushed(&self) -> u64 {
+        self.live.pushed()
+    }
+
+    /// Opens a snapshot of `db` containing exactly the changes up to `seq`.
+    /// Runs on a worker (or inline): may apply pending changes itself.
+    pub fn snapshot(&self, db: usize, at_ms: i64, seq: u64) -> Arc<Snapshot> {
+        let mut ks = self
+            .live
+            .sync(seq, &|maps: Vec<KeyMap>| self.reaper.dispose(maps));
+        ks.snapshot(db, at_ms)
+    }
+
+    /// The index with every recorded change applied.
+    pub fn synced(&self) -> MutexGuard<'_, Keyspace> {
+        self.live
+            .sync(self.pushed(), &|maps: Vec<KeyMap>| self.reaper.dispose(maps))
+    }
+
+    pub fn live(&self) -> &Live {
+        &self.live
+    }
+
+    pub fn type_names(&self) -> MutexGuard<'_, TypeNames> {
+        self.type_names.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Monotonic milliseconds since the module loaded (cursor idle clock).
@@ -71,7 +102,9 @@ impl Module {
 /// Creates the global state (idempotent).
 pub fn init(databases: usize, seed: u64) -> &'static Module {
     MODULE.get_or_init(|| Module {
-        index: Mutex::new(Keyspace::new(databases)),
+        live: Live::new(databases),
+        databases: databases.max(1),
+        type_names: Mutex::new(TypeNames::default()),
         cursors: Registry::new(seed),
         hash_cursors: Registry::new(seed.rotate_left(17) ^ 0x5eed),
         watches: Watches::new(),
@@ -88,6 +121,18 @@ pub fn init(databases: usize, seed: u64) -> &'static Module {
 
 pub fn try_get() -> Option<&'static Module> {
     MODULE.get()
+}
+
+/// Applies the index's operation log on its own thread, forever.
+pub fn start_indexer() {
+    let _ = std::thread::Builder::new()
+        .name("snapscan-indexer".into())
+        .spawn(|| {
+            if let Some(m) = try_get() {
+                m.live
+                    .run_indexer(&|maps: Vec<KeyMap>| m.reaper.dispose(maps));
+            }
+        });
 }
 
 /// Drops idle cursors every 250 ms, forever, on its own thread. It touches

@@ -12,11 +12,16 @@ use std::sync::Arc;
 
 const DEFAULT_COUNT: usize = 10;
 
-/// Where an iteration continues from.
-struct Start {
-    snap: Arc<Snapshot>,
-    after: Option<Key>,
-    pages: u64,
+/// Where a call starts: a new snapshot, or an iteration's continuation.
+enum Start {
+    /// Cursor 0: the snapshot of `db` as of change `seq`, opened on the
+    /// worker (the main thread only records where it stands in the log).
+    Open { db: usize, at_ms: i64, seq: u64 },
+    Continue {
+        snap: Arc<Snapshot>,
+        after: Key,
+        pages: u64,
+    },
 }
 
 /// `SNAPSHOT.SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]`
@@ -37,8 +42,6 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
         },
     )?;
     let m = state::try_get().ok_or_else(|| CmdError::msg("ERR snapscan is not initialised"))?;
-    // Writes of this execution unit (MULTI, a script) not yet applied.
-    crate::events::drain();
     let p = backfill::progress();
     if p.running {
         return Err(CmdError::msg(format!(
@@ -50,7 +53,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     }
     let type_filter = match opts.type_name {
         None => None,
-        Some(t) => Some(m.index().type_names.lookup(t).ok_or_else(|| {
+        Some(t) => Some(m.type_names().lookup(t).ok_or_else(|| {
             CmdError::msg(format!(
                 "ERR unknown type name '{}'",
                 String::from_utf8_lossy(t)
@@ -59,18 +62,17 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     };
     let db = ffi::selected_db(ctx);
     let start = if cursor == 0 {
-        let snap = m.index().snapshot(db, ffi::command_time_ms());
         Module::bump(&m.stats.snapshots_opened, 1);
-        Start {
-            snap,
-            after: None,
-            pages: 0,
+        Start::Open {
+            db,
+            at_ms: ffi::command_time_ms(),
+            seq: m.pushed(),
         }
     } else {
         match m.cursors.take_in(cursor, db) {
-            Ok(e) => Start {
+            Ok(e) => Start::Continue {
                 snap: e.value.snap,
-                after: Some(e.value.after),
+                after: e.value.after,
                 pages: e.pages,
             },
             Err(None) => {
@@ -120,30 +122,26 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
 /// cursor (0 when done) and the keys. Runs on a worker, without the server
 /// lock (or inline for MULTI/Lua).
 fn serve(m: &'static Module, start: Start, spec: &ScanSpec) -> (u64, Vec<Key>) {
-    let page = walk(
-        &start.snap.map,
-        start.snap.at_ms,
-        start.after.as_ref(),
-        spec,
-    );
+    let (snap, after, pages) = match start {
+        Start::Open { db, at_ms, seq } => (m.snapshot(db, at_ms, seq), None, 0),
+        Start::Continue { snap, after, pages } => (snap, Some(after), pages),
+    };
+    let page = walk(&snap.map, snap.at_ms, after.as_ref(), spec);
     Module::bump(&m.stats.entries_examined, page.examined as u64);
     Module::bump(&m.stats.keys_returned, page.keys.len() as u64);
     let next = match page.resume_after {
         None => {
             // May be the last owner of a flushed database's map: free it
             // on the reaper, never on the main thread.
-            m.reaper.dispose(start.snap);
+            m.reaper.dispose(snap);
             0
         }
         Some(after) => {
-            let db = start.snap.db;
+            let db = snap.db;
             let (id, evicted) = m.cursors.insert(
-                ScanCursor {
-                    snap: start.snap,
-                    after,
-                },
+                ScanCursor { snap, after },
                 db,
-                start.pages + 1,
+                pages + 1,
                 m.mono_ms(),
                 config::get(&config::MAX_OPEN),
             );

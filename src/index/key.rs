@@ -85,9 +85,29 @@ impl PartialOrd for Key {
         Some(self.cmp(other))
     }
 }
+/// Big-endian word of an inline buffer (zero-padded past the key's length).
+#[inline]
+fn word(buf: &[u8; INLINE_CAP], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    let end = (at + 8).min(INLINE_CAP);
+    w[..end - at].copy_from_slice(&buf[at..end]);
+    u64::from_be_bytes(w)
+}
+
 impl Ord for Key {
+    /// Byte order. Two inline keys compare as three big-endian words of
+    /// their zero-padded buffers, then by length (equal padded buffers mean
+    /// one key is the other followed by zero bytes): no call to memcmp on
+    /// the hot path of every index lookup.
     fn cmp(&self, other: &Self) -> Ordering {
-        self.as_bytes().cmp(other.as_bytes())
+        match (&self.0, &other.0) {
+            (Repr::Inline { len: la, buf: a }, Repr::Inline { len: lb, buf: b }) => word(a, 0)
+                .cmp(&word(b, 0))
+                .then_with(|| word(a, 8).cmp(&word(b, 8)))
+                .then_with(|| word(a, 16).cmp(&word(b, 16)))
+                .then_with(|| la.cmp(lb)),
+            _ => self.as_bytes().cmp(other.as_bytes()),
+        }
     }
 }
 
@@ -124,6 +144,22 @@ mod tests {
         assert_eq!(k.as_bytes(), bytes);
         assert_eq!(k.clone(), k);
         assert_eq!(k.heap_bytes() > 0, bytes.len() > INLINE_CAP);
+    }
+
+    proptest::proptest! {
+        /// The word-wise comparison is exactly byte order.
+        #[test]
+        fn fast_compare_is_byte_order(a in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..30),
+                                      b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..30)) {
+            proptest::prop_assert_eq!(Key::new(&a).cmp(&Key::new(&b)), a.cmp(&b));
+        }
+
+        #[test]
+        fn fast_compare_with_zero_tails(a in proptest::collection::vec(0u8..3, 0..22), z in 0usize..4) {
+            let mut b = a.clone();
+            b.extend(std::iter::repeat_n(0u8, z));
+            proptest::prop_assert_eq!(Key::new(&a).cmp(&Key::new(&b)), a.cmp(&b));
+        }
     }
 
     #[test]

@@ -7,10 +7,12 @@
 //! See docs/DESIGN.md for why this structure.
 
 pub mod key;
+pub mod live;
 pub mod meta;
 pub mod walk;
 
 pub use key::Key;
+pub use live::{Live, Op};
 pub use meta::{Meta, TypeId, TypeNames};
 
 use imbl::OrdMap;
@@ -44,8 +46,6 @@ struct DbIndex {
 #[derive(Default)]
 pub struct Keyspace {
     dbs: Vec<DbIndex>,
-    /// Module type names interned for `TYPE` filters.
-    pub type_names: TypeNames,
 }
 
 /// A frozen, shareable view of one database at one instant.
@@ -72,7 +72,6 @@ impl Keyspace {
     pub fn new(databases: usize) -> Self {
         Keyspace {
             dbs: vec![DbIndex::default(); databases.max(1)],
-            type_names: TypeNames::default(),
         }
     }
 
@@ -90,15 +89,14 @@ impl Keyspace {
     /// Records the truth about `key` in `db`: `Some(meta)` if it exists,
     /// `None` if it does not. A write that changes nothing leaves the map
     /// (and any snapshot sharing it) untouched, so no node is copied.
-    pub fn apply(&mut self, db: usize, key: &[u8], truth: Option<Meta>) -> Change {
+    pub fn apply(&mut self, db: usize, key: &Key, truth: Option<Meta>) -> Change {
         let d = self.db_mut(db);
         let change = match (d.map.get(key).copied(), truth) {
             (None, None) => return Change::Unchanged,
             (Some(old), Some(new)) if old == new => return Change::Unchanged,
             (None, Some(m)) => {
-                let k = Key::new(key);
-                d.heap_bytes += k.heap_bytes();
-                d.map.insert(k, m);
+                d.heap_bytes += key.heap_bytes();
+                d.map.insert(key.clone(), m);
                 Change::Inserted
             }
             (Some(_), Some(m)) => {
@@ -160,7 +158,9 @@ impl Keyspace {
     }
 
     pub fn get(&self, db: usize, key: &[u8]) -> Option<Meta> {
-        self.dbs.get(db).and_then(|d| d.map.get(key).copied())
+        self.dbs
+            .get(db)
+            .and_then(|d| d.map.get(&Key::new(key)).copied())
     }
 
     /// Keys per database (only non-empty ones), for INFO.

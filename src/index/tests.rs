@@ -44,20 +44,20 @@ fn full(snap: &Snapshot, s: &ScanSpec) -> (Vec<Vec<u8>>, Vec<usize>) {
 fn apply_on_missing_key(#[case] truth: Option<Meta>, #[case] want: Change) {
     let mut ks = Keyspace::new(1);
     let v0 = ks.version(0);
-    assert_eq!(ks.apply(0, b"k", truth), want);
+    assert_eq!(ks.apply(0, &Key::new(b"k"), truth), want);
     assert_eq!(ks.version(0) != v0, want != Change::Unchanged);
 }
 
 #[test]
 fn apply_same_truth_twice_changes_nothing() {
     let mut ks = Keyspace::new(1);
-    ks.apply(0, b"k", m(HASH));
+    ks.apply(0, &Key::new(b"k"), m(HASH));
     let v = ks.version(0);
-    assert_eq!(ks.apply(0, b"k", m(HASH)), Change::Unchanged);
+    assert_eq!(ks.apply(0, &Key::new(b"k"), m(HASH)), Change::Unchanged);
     assert_eq!(ks.version(0), v);
-    assert_eq!(ks.apply(0, b"k", m(STRING)), Change::Updated);
+    assert_eq!(ks.apply(0, &Key::new(b"k"), m(STRING)), Change::Updated);
     assert_eq!(ks.get(0, b"k"), m(STRING));
-    assert_eq!(ks.apply(0, b"k", None), Change::Removed);
+    assert_eq!(ks.apply(0, &Key::new(b"k"), None), Change::Removed);
     assert_eq!(ks.len(0), 0);
 }
 
@@ -65,12 +65,12 @@ fn apply_same_truth_twice_changes_nothing() {
 fn snapshot_is_isolated_from_later_writes_flush_and_swap() {
     let mut ks = Keyspace::new(2);
     for i in 0..1000u32 {
-        ks.apply(0, format!("k{i}").as_bytes(), m(STRING));
+        ks.apply(0, &Key::new(format!("k{i}").as_bytes()), m(STRING));
     }
     let snap = ks.snapshot(0, 0);
     for i in 0..500u32 {
-        ks.apply(0, format!("k{i}").as_bytes(), None);
-        ks.apply(0, format!("new{i}").as_bytes(), m(HASH));
+        ks.apply(0, &Key::new(format!("k{i}").as_bytes()), None);
+        ks.apply(0, &Key::new(format!("new{i}").as_bytes()), m(HASH));
     }
     ks.swap(0, 1);
     ks.flush_all();
@@ -82,8 +82,8 @@ fn snapshot_is_isolated_from_later_writes_flush_and_swap() {
 #[test]
 fn swap_exchanges_databases() {
     let mut ks = Keyspace::new(4);
-    ks.apply(0, b"a", m(STRING));
-    ks.apply(3, b"b", m(STRING));
+    ks.apply(0, &Key::new(b"a"), m(STRING));
+    ks.apply(3, &Key::new(b"b"), m(STRING));
     ks.swap(0, 3);
     assert!(ks.get(0, b"b").is_some() && ks.get(3, b"a").is_some());
     assert_eq!(ks.sizes(), vec![(0, 1), (3, 1)]);
@@ -92,9 +92,9 @@ fn swap_exchanges_databases() {
 #[test]
 fn expired_keys_are_excluded_at_the_snapshot_instant() {
     let mut ks = Keyspace::new(1);
-    ks.apply(0, b"gone", Some(Meta::new(STRING, Some(99))));
-    ks.apply(0, b"edge", Some(Meta::new(STRING, Some(100))));
-    ks.apply(0, b"later", Some(Meta::new(STRING, Some(101))));
+    ks.apply(0, &Key::new(b"gone"), Some(Meta::new(STRING, Some(99))));
+    ks.apply(0, &Key::new(b"edge"), Some(Meta::new(STRING, Some(100))));
+    ks.apply(0, &Key::new(b"later"), Some(Meta::new(STRING, Some(101))));
     let snap = ks.snapshot(0, 100);
     let keys: Vec<_> = snap.live_keys().map(|k| k.as_bytes().to_vec()).collect();
     assert_eq!(keys, vec![b"edge".to_vec(), b"later".to_vec()]);
@@ -107,7 +107,7 @@ fn expired_keys_are_excluded_at_the_snapshot_instant() {
 fn pages_never_exceed_count_and_cover_everything_once(#[case] count: usize) {
     let mut ks = Keyspace::new(1);
     for i in 0..777u32 {
-        ks.apply(0, format!("key:{i:05}").as_bytes(), m(STRING));
+        ks.apply(0, &Key::new(format!("key:{i:05}").as_bytes()), m(STRING));
     }
     let snap = ks.snapshot(0, 0);
     let (keys, pages) = full(&snap, &spec(None, count, 1_000_000));
@@ -122,7 +122,7 @@ fn pages_never_exceed_count_and_cover_everything_once(#[case] count: usize) {
 fn budget_bounds_the_work_of_one_call() {
     let mut ks = Keyspace::new(1);
     for i in 0..1000u32 {
-        ks.apply(0, format!("k{i:04}").as_bytes(), m(STRING));
+        ks.apply(0, &Key::new(format!("k{i:04}").as_bytes()), m(STRING));
     }
     let snap = ks.snapshot(0, 0);
     let s = spec(Some(b"*999"), 10, 100);
@@ -138,7 +138,7 @@ fn prefix_pattern_visits_only_the_prefix_range() {
     let mut ks = Keyspace::new(1);
     for u in 0..200u32 {
         for n in 0..10u32 {
-            ks.apply(0, format!("user:{u}:{n}").as_bytes(), m(STRING));
+            ks.apply(0, &Key::new(format!("user:{u}:{n}").as_bytes()), m(STRING));
         }
     }
     let snap = ks.snapshot(0, 0);
@@ -156,8 +156,8 @@ fn prefix_pattern_visits_only_the_prefix_range() {
 #[test]
 fn type_filter() {
     let mut ks = Keyspace::new(1);
-    ks.apply(0, b"s", m(STRING));
-    ks.apply(0, b"h", m(HASH));
+    ks.apply(0, &Key::new(b"s"), m(STRING));
+    ks.apply(0, &Key::new(b"h"), m(HASH));
     let snap = ks.snapshot(0, 0);
     let mut s = spec(None, 10, 100);
     s.type_filter = Some(HASH);
@@ -196,12 +196,12 @@ proptest! {
             match o {
                 Op::Set(k, t) => {
                     let key = vec![b'k', k];
-                    ks.apply(0, &key, m(t));
+                    ks.apply(0, &Key::new(&key), m(t));
                     model.insert(key, t);
                 }
                 Op::Del(k) => {
                     let key = vec![b'k', k];
-                    ks.apply(0, &key, None);
+                    ks.apply(0, &Key::new(&key), None);
                     model.remove(&key);
                 }
                 Op::Flush => {
@@ -229,7 +229,7 @@ proptest! {
                                        pat in proptest::collection::vec(prop_oneof![Just(b'a'), Just(b'b'), Just(b':'), Just(b'*'), Just(b'?'), Just(b'\\')], 0..5),
                                        count in 1usize..5, budget in 1usize..7) {
         let mut ks = Keyspace::new(1);
-        for k in &keys { ks.apply(0, k, m(STRING)); }
+        for k in &keys { ks.apply(0, &Key::new(k), m(STRING)); }
         let snap = ks.snapshot(0, 0);
         let (got, _) = full(&snap, &spec(Some(&pat), count, budget));
         let want: Vec<Vec<u8>> = keys.iter().filter(|k| crate::glob::matches(&pat, k)).cloned().collect();
