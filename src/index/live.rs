@@ -108,11 +108,6 @@ impl Live {
         ks
     }
 
-    /// The index as it is now, without waiting for the log (INFO figures).
-    pub fn peek(&self) -> MutexGuard<'_, Keyspace> {
-        lock(&self.index)
-    }
-
     fn apply_batch(&self, ks: &mut Keyspace, max: usize, dispose: &dyn Fn(Vec<KeyMap>)) -> usize {
         let batch: Vec<Op> = {
             let mut q = lock(&self.queue);
