@@ -105,22 +105,24 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
         Some(f) if f.kind != keys::Kind::Builtin(HASH) => return Err(CmdError::msg(WRONGTYPE)),
         Some(_) => {}
     }
-    let guard = ttl_guard(ctx, &name, db);
-    if reuse_is_safe(guard) {
-        if let Some(copy) = m.watches.reusable(db, key) {
+    // Field TTLs matter only to share a copy or to slice one; the answer
+    // can cost an INFO call (Valkey 9), so it is asked only then.
+    if let Some(copy) = m.watches.reusable(db, key) {
+        if reuse_is_safe(ttl_guard(ctx, &name, db)) {
+            m.watches.count_reuse();
             respond(ctx, m, inline, db, key, copy, 0, 0, spec);
             return Ok(());
         }
     }
+    let batch = config::get(&config::HASH_COPY_BATCH).max(1);
+    let small = inline || keys::value_len(ctx, name.ptr()) <= batch;
+    let guard = if small { TtlGuard::Never } else { ttl_guard(ctx, &name, db) };
     let (version, epoch) = m.watches.begin_copy(db, key);
     let mut builder = Builder::new(config::get(&config::HASH_MEMORY_LIMIT));
-    let batch = config::get(&config::HASH_COPY_BATCH).max(1);
     let started = Instant::now();
-    // First slice (or everything when small, when we cannot block, or when
-    // fields may expire unseen between slices).
-    let first = if inline || guard == TtlGuard::OneHold {
-        hashcopy::hgetall(ctx, key, &mut builder).map(|_| b"0".to_vec())
-    } else if keys::value_len(ctx, name.ptr()) <= batch {
+    // Everything at once when small, when we cannot block, or when fields
+    // may expire unseen between slices; else the first slice.
+    let first = if small || guard == TtlGuard::OneHold {
         hashcopy::hgetall(ctx, key, &mut builder).map(|_| b"0".to_vec())
     } else {
         hashcopy::hscan_slice(ctx, key, b"0", batch, &mut builder)

@@ -66,9 +66,12 @@ impl Watches {
         if w.epoch != self.epoch() || w.copying > 0 || w.version != w.copy_version {
             return None;
         }
-        let copy = w.copy.upgrade()?;
+        w.copy.upgrade()
+    }
+
+    /// Counts one copy shared instead of made (INFO).
+    pub fn count_reuse(&self) {
         self.reused.fetch_add(1, Ordering::Relaxed);
-        Some(copy)
     }
 
     /// Starts watching `key` for a copy; returns the version to compare
