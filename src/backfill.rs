@@ -1,17 +1,17 @@
 //! Building the index for data that existed before the module was loaded
 //! (MODULE LOAD on a populated server, or after a failed load).
 //!
-//! A background thread walks every database with RedisModule_Scan in
-//! slices: each slice holds the server lock for at most
-//! `snapshot.backfill-batch` keys or 1 ms, whichever comes first, then lets
-//! the main thread run. Notifications keep flowing meanwhile; both paths
+//! The main thread walks every database with RedisModule_Scan in slices,
+//! one per turn of the event loop (a 0 ms timer): each slice handles at
+//! most `snapshot.backfill-batch` keys or 1 ms, whichever comes first, and
+//! every client waiting meanwhile is served between two slices. Notifications keep flowing meanwhile; both paths
 //! record the truth about a key at the moment they look, under the server
 //! lock, so the index equals the keyspace when the walk ends. A SWAPDB or a
 //! new load during the walk restarts it (upserts are idempotent).
 
 use crate::config;
 use crate::ffi::thread_ctx::Detached;
-use crate::ffi::{self, api, keys, Ctx};
+use crate::ffi::{self, api, keys, mainloop, Ctx};
 use crate::state::{self, Module};
 use redis_module::raw;
 use std::os::raw::c_void;
@@ -66,22 +66,28 @@ pub fn needed(ctx: Ctx, databases: usize) -> bool {
     any
 }
 
-/// Starts the background walk (or restarts a running one).
-pub fn start(_ctx: Ctx) {
+/// Starts the walk (or restarts a running one). Main thread only.
+pub fn start(ctx: Ctx) {
     topology_changed();
     if RUNNING.swap(true, Ordering::SeqCst) {
         return;
     }
     RUNS.fetch_add(1, Ordering::Relaxed);
-    let spawned = std::thread::Builder::new()
-        .name("snapscan-backfill".into())
-        .spawn(|| {
-            let _ = std::panic::catch_unwind(run);
-            RUNNING.store(false, Ordering::SeqCst);
-        });
-    if spawned.is_err() {
+    let Some(mut walk) = Walk::new() else {
         RUNNING.store(false, Ordering::SeqCst);
-    }
+        return;
+    };
+    let timer_ctx = if ctx.is_null() { walk.tctx.ctx() } else { ctx };
+    mainloop::run_in_steps(
+        timer_ctx,
+        Box::new(move |_ctx| {
+            let more = walk.step();
+            if !more {
+                RUNNING.store(false, Ordering::SeqCst);
+            }
+            more
+        }),
+    );
 }
 
 struct SliceState<'a> {
@@ -98,7 +104,7 @@ extern "C" fn on_scanned(
 ) {
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         // SAFETY: privdata is the &mut SliceState passed to RedisModule_Scan
-        // by `walk_db` on this very thread, alive for the whole call.
+        // by `Walk::step` on this very thread, alive for the whole call.
         let st = unsafe { &mut *privdata.cast::<SliceState>() };
         st.seen += 1;
         let found = match (key.is_null(), api!(RedisModule_KeyType)) {
@@ -109,76 +115,112 @@ extern "C" fn on_scanned(
     }));
 }
 
-/// Walks one database; `false` if the topology changed (restart needed).
-fn walk_db(m: &Module, tctx: &Detached, db: usize, epoch: u64) -> bool {
-    let (Some(create), Some(scan), Some(destroy)) = (
-        api!(RedisModule_ScanCursorCreate),
-        api!(RedisModule_Scan),
-        api!(RedisModule_ScanCursorDestroy),
-    ) else {
-        return true;
-    };
-    // SAFETY: creates a cursor we destroy below.
-    let cursor = unsafe { create() };
-    let mut ok = true;
-    loop {
-        let guard = tctx.lock();
-        if EPOCH.load(Ordering::SeqCst) != epoch {
-            ok = false;
-            break;
+/// The state of a walk over every database, advanced one slice per turn of
+/// the event loop on the main thread.
+struct Walk {
+    /// A context of our own to select databases on (main thread only).
+    tctx: Detached,
+    cursor: *mut raw::RedisModuleScanCursor,
+    db: usize,
+    epoch: u64,
+    restarts: u32,
+}
+
+impl Walk {
+    fn new() -> Option<Self> {
+        let create = api!(RedisModule_ScanCursorCreate)?;
+        let tctx = Detached::new()?;
+        // SAFETY: creates a cursor destroyed in Drop.
+        let cursor = unsafe { create() };
+        let mut w = Walk {
+            tctx,
+            cursor,
+            db: 0,
+            epoch: 0,
+            restarts: 0,
+        };
+        w.restart();
+        Some(w)
+    }
+
+    /// Starts over from database 0 (SWAPDB or a load happened).
+    fn restart(&mut self) {
+        self.epoch = EPOCH.load(Ordering::SeqCst);
+        self.db = 0;
+        if let Some(f) = api!(RedisModule_ScanCursorRestart) {
+            // SAFETY: the cursor is live.
+            unsafe { f(self.cursor) };
         }
-        ffi::select_db(guard.ctx(), db);
+        let ctx = self.tctx.ctx();
+        let databases = state::try_get().map_or(1, |m| m.databases);
+        let total: u64 = (0..databases)
+            .map(|db| {
+                ffi::select_db(ctx, db);
+                ffi::db_size(ctx)
+            })
+            .sum();
+        TOTAL.store(total, Ordering::Relaxed);
+        SCANNED.store(0, Ordering::Relaxed);
+    }
+
+    /// One slice: at most `snapshot.backfill-batch` keys or 1 ms.
+    /// Returns whether more slices are needed.
+    fn step(&mut self) -> bool {
+        let (Some(m), Some(scan), Some(restart_cursor)) = (
+            state::try_get(),
+            api!(RedisModule_Scan),
+            api!(RedisModule_ScanCursorRestart),
+        ) else {
+            return false;
+        };
+        if EPOCH.load(Ordering::SeqCst) != self.epoch {
+            self.restarts += 1;
+            if self.restarts > 1000 {
+                return false;
+            }
+            self.restart();
+        }
+        if self.db >= m.databases {
+            return false;
+        }
+        let ctx = self.tctx.ctx();
+        ffi::select_db(ctx, self.db);
         let started = Instant::now();
-        let mut st = SliceState { m, db, seen: 0 };
+        let mut st = SliceState {
+            m,
+            db: self.db,
+            seen: 0,
+        };
         let batch = config::get(&config::BACKFILL_BATCH).max(1) as u64;
         let mut more = true;
         while more && st.seen < batch && started.elapsed() < SLICE_TIME {
-            // SAFETY: the server lock is held; cursor and ctx are live; the
-            // callback only uses `st` during this call.
+            // SAFETY: main thread (server lock held); cursor and ctx are
+            // live; the callback only uses `st` during this call.
             more = unsafe {
                 scan(
-                    guard.ctx(),
-                    cursor,
+                    ctx,
+                    self.cursor,
                     Some(on_scanned),
                     (&mut st as *mut SliceState).cast(),
                 )
             } != 0;
         }
-        drop(guard);
-        let held = started.elapsed().as_micros() as u64;
-        LONGEST_HOLD_US.fetch_max(held, Ordering::Relaxed);
+        LONGEST_HOLD_US.fetch_max(started.elapsed().as_micros() as u64, Ordering::Relaxed);
         SCANNED.fetch_add(st.seen, Ordering::Relaxed);
         if !more {
-            break;
+            self.db += 1;
+            // SAFETY: the cursor is live; restart it for the next database.
+            unsafe { restart_cursor(self.cursor) };
         }
+        self.db < m.databases
     }
-    // SAFETY: destroys the cursor created above, once.
-    unsafe { destroy(cursor) };
-    ok
 }
 
-fn run() {
-    let Some(m) = state::try_get() else { return };
-    let Some(tctx) = Detached::new() else { return };
-    let databases = m.databases;
-    'restart: for _ in 0..1000 {
-        let epoch = EPOCH.load(Ordering::SeqCst);
-        {
-            let g = tctx.lock();
-            let total: u64 = (0..databases)
-                .map(|db| {
-                    ffi::select_db(g.ctx(), db);
-                    ffi::db_size(g.ctx())
-                })
-                .sum();
-            TOTAL.store(total, Ordering::Relaxed);
-            SCANNED.store(0, Ordering::Relaxed);
+impl Drop for Walk {
+    fn drop(&mut self) {
+        if let Some(f) = api!(RedisModule_ScanCursorDestroy) {
+            // SAFETY: destroys the cursor created in `new`, once.
+            unsafe { f(self.cursor) };
         }
-        for db in 0..databases {
-            if !walk_db(m, &tctx, db, epoch) {
-                continue 'restart;
-            }
-        }
-        return;
     }
 }

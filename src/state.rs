@@ -77,8 +77,9 @@ impl Module {
 
     /// The index with every recorded change applied.
     pub fn synced(&self) -> MutexGuard<'_, Keyspace> {
-        self.live
-            .sync(self.pushed(), &|maps: Vec<KeyMap>| self.reaper.dispose(maps))
+        self.live.sync(self.pushed(), &|maps: Vec<KeyMap>| {
+            self.reaper.dispose(maps)
+        })
     }
 
     pub fn live(&self) -> &Live {

@@ -4,7 +4,7 @@ use super::args::{parse_cursor, parse_options, Allowed, CmdError};
 use crate::config;
 use crate::ffi::hashcopy::{self, CopyError};
 use crate::ffi::thread_ctx::Detached;
-use crate::ffi::{self, blocked::BlockedReply, keys, reply::Reply, Ctx};
+use crate::ffi::{self, blocked::BlockedReply, keys, mainloop, reply::Reply, Ctx};
 use crate::glob::Pattern;
 use crate::hash::{self, Builder, HashCopy};
 use crate::index::meta::HASH;
@@ -42,9 +42,9 @@ struct Pending {
 ///
 /// Cursor 0 snapshots the hash: a hash unchanged since a copy that is still
 /// in use is shared in O(1); a small one (at most `snapshot.hash-copy-batch`
-/// fields, or any listpack) is copied right here; a large one gets its first
-/// slice here and the rest on a worker, slice by slice under the server
-/// lock. Pages are cut on a worker.
+/// fields) is copied right here; a large one gets its first slice here and
+/// the rest on the main thread, one slice per turn of the event loop, while
+/// the client waits. Pages are cut on a worker.
 pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     if args.len() < 3 {
         return Err(CmdError::WrongArity);
@@ -116,7 +116,11 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     }
     let batch = config::get(&config::HASH_COPY_BATCH).max(1);
     let small = inline || keys::value_len(ctx, name.ptr()) <= batch;
-    let guard = if small { TtlGuard::Never } else { ttl_guard(ctx, &name, db) };
+    let guard = if small {
+        TtlGuard::Never
+    } else {
+        ttl_guard(ctx, &name, db)
+    };
     let (version, epoch) = m.watches.begin_copy(db, key);
     let mut builder = Builder::new(config::get(&config::HASH_MEMORY_LIMIT));
     let started = Instant::now();
@@ -147,39 +151,131 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
         respond(ctx, m, inline, db, key, copy, 0, 0, spec);
         return Ok(());
     }
-    // A large hash: finish the copy on a worker, slice by slice.
+    // A large hash: finish the copy on the main thread, one slice per turn
+    // of the event loop, then cut the first page on a worker.
     let Some(bc) = BlockedReply::block(ctx) else {
         m.watches.end_copy(db, key, None);
         return Err(CmdError::msg("ERR snapscan: cannot block the client"));
     };
-    let pending = Pending {
-        valid_until: match guard {
-            TtlGuard::Until(t) => Some(t),
-            _ => None,
-        },
-        builder,
-        cursor: next,
-        version,
-        epoch,
+    let Some(tctx) = Detached::new() else {
+        m.watches.end_copy(db, key, None);
+        drop(bc);
+        return Ok(());
     };
-    let key: Box<[u8]> = key.into();
-    let job = Box::new(move || {
-        let copied = finish_copy(m, db, &key, pending);
-        match copied {
-            Ok(copy) => {
-                let (next, items) = serve(m, db, &key, copy.clone(), 0, 0, &spec);
-                bc.reply(|r| write_page(r, next, Some(&copy), &items, spec.novalues));
-            }
-            Err(e) => bc.reply(|r| match copy_error(e) {
-                None => write_page(r, 0, None, &[], true),
-                Some(msg) => r.error(&msg),
-            }),
-        }
-    });
-    if let Err(job) = m.pool.submit(job) {
-        job();
-    }
+    let mut task = CopyTask {
+        m,
+        db,
+        key: key.into(),
+        p: Pending {
+            valid_until: match guard {
+                TtlGuard::Until(t) => Some(t),
+                _ => None,
+            },
+            builder,
+            cursor: next,
+            version,
+            epoch,
+        },
+        retries: 0,
+        tctx,
+        reply: Some((bc, spec)),
+    };
+    mainloop::run_in_steps(ctx, Box::new(move |_| task.step()));
     Ok(())
+}
+
+/// A sliced copy in progress, advanced one slice per turn of the event
+/// loop on the main thread.
+struct CopyTask {
+    m: &'static Module,
+    db: usize,
+    key: Box<[u8]>,
+    p: Pending,
+    retries: usize,
+    /// A context of our own to select the database on.
+    tctx: Detached,
+    /// The waiting client and its page options, until answered.
+    reply: Option<(BlockedReply, PageSpec)>,
+}
+
+impl CopyTask {
+    /// One slice of at most `snapshot.hash-copy-batch` fields. If the hash
+    /// changed since the previous slice (a keyspace event, or a field TTL
+    /// that passed) the copy restarts; after [`MAX_RETRIES`] restarts the
+    /// rest is copied at once (documented fallback). Returns whether more
+    /// slices are needed.
+    fn step(&mut self) -> bool {
+        let (m, db, key) = (self.m, self.db, &self.key[..]);
+        let ctx = self.tctx.ctx();
+        ffi::select_db(ctx, db);
+        let started = Instant::now();
+        let p = &mut self.p;
+        let expired_meanwhile = p.valid_until.is_some_and(|t| ffi::now_ms() >= t);
+        let mut fallback = false;
+        if expired_meanwhile || m.watches.current(db, key) != (p.version, p.epoch) {
+            Module::bump(&m.stats.hash_copy_retries, 1);
+            self.retries += 1;
+            p.builder.clear();
+            p.cursor = b"0".to_vec();
+            (p.version, p.epoch) = m.watches.current(db, key);
+            p.valid_until = ffi::OwnedString::new(ctx, key)
+                .and_then(|n| keys::hash_min_field_expire(ctx, n.ptr()))
+                .flatten();
+            let stale = p.valid_until.is_some_and(|t| t <= ffi::now_ms());
+            fallback = self.retries > MAX_RETRIES || stale;
+        }
+        let result = if fallback {
+            Module::bump(&m.stats.hash_copy_fallbacks, 1);
+            hashcopy::hgetall(ctx, key, &mut p.builder).map(|_| b"0".to_vec())
+        } else {
+            let batch = config::get(&config::HASH_COPY_BATCH).max(1);
+            hashcopy::hscan_slice(ctx, key, &p.cursor, batch, &mut p.builder)
+        };
+        record_hold(m, started);
+        match result {
+            Ok(next) if next != b"0" => {
+                p.cursor = next;
+                true
+            }
+            Ok(_) => {
+                let builder = std::mem::replace(&mut p.builder, Builder::new(0));
+                let copy = Arc::new(builder.finish());
+                m.watches
+                    .end_copy(db, key, Some((&copy, p.version, p.epoch)));
+                if let Some((bc, spec)) = self.reply.take() {
+                    let key = self.key.clone();
+                    let job = Box::new(move || {
+                        let (next, items) = serve(m, db, &key, copy.clone(), 0, 0, &spec);
+                        bc.reply(|r| write_page(r, next, Some(&copy), &items, spec.novalues));
+                    });
+                    if let Err(job) = m.pool.submit(job) {
+                        job();
+                    }
+                }
+                false
+            }
+            Err(e) => {
+                m.watches.end_copy(db, key, None);
+                if let Some((bc, _)) = self.reply.take() {
+                    bc.reply(|r| match copy_error(e) {
+                        None => write_page(r, 0, None, &[], true),
+                        Some(msg) => r.error(&msg),
+                    });
+                }
+                false
+            }
+        }
+    }
+}
+
+impl Drop for CopyTask {
+    fn drop(&mut self) {
+        // Dropped before the copy finished (the server refused a timer):
+        // stop watching; the blocked client's guard answers it.
+        if self.reply.is_some() {
+            self.m.watches.end_copy(self.db, &self.key, None);
+        }
+    }
 }
 
 /// Whether hash-field expiry cannot have silently removed a field since a
@@ -242,65 +338,6 @@ fn copy_error(e: CopyError) -> Option<String> {
         )),
         CopyError::Gone => None,
         CopyError::Failed(s) => Some(format!("ERR snapscan: cannot copy the hash: {s}")),
-    }
-}
-
-/// Finishes a sliced copy on a worker. Each slice holds the server lock for
-/// at most `snapshot.hash-copy-batch` fields; if the hash changes between
-/// slices the copy restarts, and after [`MAX_RETRIES`] restarts the rest is
-/// copied under one hold of the lock (documented fallback).
-fn finish_copy(
-    m: &'static Module,
-    db: usize,
-    key: &[u8],
-    mut p: Pending,
-) -> Result<Arc<HashCopy>, CopyError> {
-    let tctx = Detached::new().ok_or(CopyError::Failed("no thread-safe context".into()))?;
-    let batch = config::get(&config::HASH_COPY_BATCH).max(1);
-    let mut retries = 0;
-    let result = loop {
-        let g = tctx.lock();
-        let started = Instant::now();
-        ffi::select_db(g.ctx(), db);
-        let expired_meanwhile = p.valid_until.is_some_and(|t| ffi::now_ms() >= t);
-        if expired_meanwhile || m.watches.current(db, key) != (p.version, p.epoch) {
-            // Changed since the previous slice: start over from this instant.
-            Module::bump(&m.stats.hash_copy_retries, 1);
-            retries += 1;
-            p.builder.clear();
-            p.cursor = b"0".to_vec();
-            (p.version, p.epoch) = m.watches.current(db, key);
-            p.valid_until = ffi::OwnedString::new(g.ctx(), key)
-                .and_then(|n| keys::hash_min_field_expire(g.ctx(), n.ptr()))
-                .flatten();
-            let stale = p.valid_until.is_some_and(|t| t <= ffi::now_ms());
-            if retries > MAX_RETRIES || stale {
-                Module::bump(&m.stats.hash_copy_fallbacks, 1);
-                let r = hashcopy::hgetall(g.ctx(), key, &mut p.builder);
-                record_hold(m, started);
-                break r;
-            }
-        }
-        let r = hashcopy::hscan_slice(g.ctx(), key, &p.cursor, batch, &mut p.builder);
-        record_hold(m, started);
-        drop(g);
-        match r {
-            Ok(next) if next == b"0" => break Ok(()),
-            Ok(next) => p.cursor = next,
-            Err(e) => break Err(e),
-        }
-    };
-    match result {
-        Ok(()) => {
-            let copy = Arc::new(p.builder.finish());
-            m.watches
-                .end_copy(db, key, Some((&copy, p.version, p.epoch)));
-            Ok(copy)
-        }
-        Err(e) => {
-            m.watches.end_copy(db, key, None);
-            Err(e)
-        }
     }
 }
 

@@ -4,6 +4,7 @@
 pub mod blocked;
 pub mod hashcopy;
 pub mod keys;
+pub mod mainloop;
 pub mod reply;
 pub mod thread_ctx;
 

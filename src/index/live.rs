@@ -112,7 +112,12 @@ impl Live {
         let batch: Vec<Op> = {
             let mut q = lock(&self.queue);
             let n = max.min(q.len());
-            q.drain(..n).collect()
+            let batch = q.drain(..n).collect();
+            if q.is_empty() && q.capacity() > 4 * BATCH {
+                // Give back what a burst (a backfill, a big load) grew.
+                q.shrink_to(BATCH);
+            }
+            batch
         };
         let mut freed = Vec::new();
         let mut changed = 0;
