@@ -238,19 +238,21 @@ impl CopyTask {
                 true
             }
             Ok(_) => {
+                // Sorting a big copy takes milliseconds: do it on a worker.
                 let builder = std::mem::replace(&mut p.builder, Builder::new(0));
-                let copy = Arc::new(builder.finish());
-                m.watches
-                    .end_copy(db, key, Some((&copy, p.version, p.epoch)));
-                if let Some((bc, spec)) = self.reply.take() {
-                    let key = self.key.clone();
-                    let job = Box::new(move || {
+                let (version, epoch) = (p.version, p.epoch);
+                let key = self.key.clone();
+                let reply = self.reply.take();
+                let job = Box::new(move || {
+                    let copy = Arc::new(builder.finish());
+                    m.watches.end_copy(db, &key, Some((&copy, version, epoch)));
+                    if let Some((bc, spec)) = reply {
                         let (next, items) = serve(m, db, &key, copy.clone(), 0, 0, &spec);
                         bc.reply(|r| write_page(r, next, Some(&copy), &items, spec.novalues));
-                    });
-                    if let Err(job) = m.pool.submit(job) {
-                        job();
                     }
+                });
+                if let Err(job) = m.pool.submit(job) {
+                    job();
                 }
                 false
             }
