@@ -116,21 +116,26 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     }
     let batch = config::get(&config::HASH_COPY_BATCH).max(1);
     let small = inline || keys::value_len(ctx, name.ptr()) <= batch;
-    let guard = if small {
-        TtlGuard::Never
-    } else {
-        ttl_guard(ctx, &name, db)
-    };
     let (version, epoch) = m.watches.begin_copy(db, key);
     let mut builder = Builder::new(config::get(&config::HASH_MEMORY_LIMIT));
     let started = Instant::now();
-    // Everything at once when small, when we cannot block, or when fields
-    // may expire unseen between slices; else the first slice.
-    let first = if small || guard == TtlGuard::OneHold {
+    // Everything at once when small or when we cannot block; else a first
+    // slice (which is everything for a listpack-encoded hash).
+    let mut first = if small {
         hashcopy::hgetall(ctx, key, &mut builder).map(|_| b"0".to_vec())
     } else {
         hashcopy::hscan_slice(ctx, key, b"0", batch, &mut builder)
     };
+    // More slices to come: field TTLs matter now. (Same instant as the
+    // first slice: no command ran in between.)
+    let mut guard = TtlGuard::Never;
+    if matches!(&first, Ok(next) if next != b"0") {
+        guard = ttl_guard(ctx, &name, db);
+        if guard == TtlGuard::OneHold {
+            builder.clear();
+            first = hashcopy::hgetall(ctx, key, &mut builder).map(|_| b"0".to_vec());
+        }
+    }
     record_hold(m, started);
     let next = match first {
         Ok(next) => next,
@@ -146,9 +151,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
         }
     };
     if next == b"0" {
-        let copy = Arc::new(builder.finish());
-        m.watches.end_copy(db, key, Some((&copy, version, epoch)));
-        respond(ctx, m, inline, db, key, copy, 0, 0, spec);
+        finish_and_respond(ctx, m, inline, db, key, builder, (version, epoch), spec);
         return Ok(());
     }
     // A large hash: finish the copy on the main thread, one slice per turn
@@ -340,6 +343,49 @@ fn copy_error(e: CopyError) -> Option<String> {
         )),
         CopyError::Gone => None,
         CopyError::Failed(s) => Some(format!("ERR snapscan: cannot copy the hash: {s}")),
+    }
+}
+
+/// Completes a copy made in one go (sorting it) and replies its first page:
+/// both on a worker when the client can be blocked, inline otherwise.
+#[allow(clippy::too_many_arguments)]
+fn finish_and_respond(
+    ctx: Ctx,
+    m: &'static Module,
+    inline: bool,
+    db: usize,
+    key: &[u8],
+    builder: Builder,
+    (version, epoch): (u64, u64),
+    spec: PageSpec,
+) {
+    let finish = move |key: &[u8]| {
+        let copy = Arc::new(builder.finish());
+        m.watches.end_copy(db, key, Some((&copy, version, epoch)));
+        copy
+    };
+    let blocked = if inline {
+        None
+    } else {
+        BlockedReply::block(ctx)
+    };
+    match blocked {
+        None => {
+            let copy = finish(key);
+            let (next, items) = serve(m, db, key, copy.clone(), 0, 0, &spec);
+            write_page(&Reply::new(ctx), next, Some(&copy), &items, spec.novalues);
+        }
+        Some(bc) => {
+            let key: Box<[u8]> = key.into();
+            let job = Box::new(move || {
+                let copy = finish(&key);
+                let (next, items) = serve(m, db, &key, copy.clone(), 0, 0, &spec);
+                bc.reply(|r| write_page(r, next, Some(&copy), &items, spec.novalues));
+            });
+            if let Err(job) = m.pool.submit(job) {
+                job();
+            }
+        }
     }
 }
 
