@@ -31,6 +31,42 @@ struct ProbeCtx(Detached);
 unsafe impl Sync for ProbeCtx {}
 static PROBE: Mutex<Option<ProbeCtx>> = Mutex::new(None);
 
+/// A key whose "new" event was seen but not yet read: the command that
+/// created it fires its own event for the same key right after (a "set",
+/// an "hset"...), which reads it once instead of twice. Only DEBUG
+/// POPULATE fires "new" alone; a pending key is read when any other event
+/// arrives, and before anything reads the index ([`settle`]). Main thread
+/// only.
+static PENDING_NEW: Mutex<Option<(usize, Key)>> = Mutex::new(None);
+
+/// Reads the pending new key, if any, in every database (a SWAPDB or a
+/// flush may have happened since its event).
+pub fn settle() {
+    let pending = PENDING_NEW.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let (Some((_, key)), Some(m)) = (pending, state::try_get()) {
+        refresh_everywhere(m, key.as_bytes());
+    }
+}
+
+/// Reads the pending new key in its database unless `db`/`name` is that
+/// key (whose event is about to read it anyway).
+fn settle_unless(m: &Module, db: usize, name: &[u8]) {
+    let pending = PENDING_NEW.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some((pdb, pkey)) = pending {
+        if pdb != db || pkey.as_bytes() != name {
+            let guard = PROBE.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(probe) = guard.as_ref() {
+                let ctx = probe.0.ctx();
+                if let Some(n) = ffi::OwnedString::new(ctx, pkey.as_bytes()) {
+                    if ffi::select_db(ctx, pdb) {
+                        apply(m, pdb, pkey.as_bytes(), keys::probe(ctx, n.ptr()));
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Subscribes to notifications and server events.
 pub fn subscribe(ctx: Ctx) -> Result<(), String> {
     let probe = Detached::new().ok_or("no thread-safe context")?;
@@ -127,7 +163,12 @@ extern "C" fn on_keyspace_event(
         } else {
             unsafe { std::ffi::CStr::from_ptr(event) }
         };
-        match event.to_bytes() {
+        let event = event.to_bytes();
+        settle_unless(m, db, name);
+        match event {
+            b"new" => {
+                *PENDING_NEW.lock().unwrap_or_else(|e| e.into_inner()) = Some((db, Key::new(name)));
+            }
             // Gone, whatever the server still shows: these are fired just
             // before the key is unlinked on some servers. (By name: field
             // events such as "hexpired" share the EXPIRED class on some
@@ -159,6 +200,8 @@ extern "C" fn on_flushdb(
         } else {
             Op::Flush(dbnum as usize)
         });
+        // A pending new key is read as things are now, after the flush.
+        settle();
     });
 }
 
@@ -180,6 +223,8 @@ extern "C" fn on_swapdb(
         }
         let (a, b) = (info.dbnum_first as usize, info.dbnum_second as usize);
         m.push(Op::Swap(a, b));
+        // A pending new key is read as things are now, after the swap.
+        settle();
         m.watches.bump_all();
         backfill::topology_changed();
     });

@@ -48,6 +48,7 @@ fn fill(ctx: InfoCtx) {
     if unsafe { add_section(ctx, std::ptr::null()) } != raw::REDISMODULE_OK as c_int {
         return; // section not requested
     }
+    crate::events::settle();
     let (sizes, total, mem, versions) = {
         // Apply pending index updates first so the figures are exact (the
         // log is normally a few milliseconds behind at most).

@@ -624,6 +624,13 @@ fn server_with_bg() -> (Server, Connection, Connection) {
     "0: @bg3 -bg3:str a; 3: @bg0 -bg0:list"
 )]
 #[case::swapdb_twice("SWAPDB 0 3; SWAPDB 3 0; SET a 1", "0: @bg0 a; 3: @bg3")]
+// DEBUG POPULATE fires only "new"; the last key is read when the next event
+// arrives: a SWAPDB or FLUSHDB in the same transaction must not misplace it.
+#[case::populate_then_swap_in_multi(
+    "MULTI; DEBUG POPULATE 3 pp; SWAPDB 0 3; EXEC",
+    "0: @bg3; 3: @bg0 pp:0 pp:1 pp:2"
+)]
+#[case::populate_then_flush_in_multi("MULTI; DEBUG POPULATE 3 pp; FLUSHDB; EXEC", "0: ; 3: @bg3")]
 #[case::swapdb_with_empty_db(
     "SWAPDB 0 5; SET a 1; SELECT 5; DEL bg0:str",
     "0: a; 3: @bg3; 5: @bg0 -bg0:str"

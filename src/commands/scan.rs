@@ -42,6 +42,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
         },
     )?;
     let m = state::try_get().ok_or_else(|| CmdError::msg("ERR snapscan is not initialised"))?;
+    crate::events::settle();
     let p = backfill::progress();
     if p.running {
         return Err(CmdError::msg(format!(
