@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 /// `snapshot.workers`: threads serving scans.
 pub static WORKERS: AtomicI64 = AtomicI64::new(2);
-/// `snapshot.worker-nice`: scheduling niceness of worker threads (0-19).
-pub static WORKER_NICE: AtomicI64 = AtomicI64::new(10);
+/// `snapshot.worker-nice`: scheduling niceness of worker threads (0-19; 19 = yield to everything).
+pub static WORKER_NICE: AtomicI64 = AtomicI64::new(19);
 /// `snapshot.cursor-idle-timeout`: seconds an unused cursor stays valid.
 pub static IDLE_TIMEOUT: AtomicI64 = AtomicI64::new(60);
 /// `snapshot.max-open-cursors`: open iterations kept at most.

@@ -106,7 +106,7 @@ mod module {
         configurations: [
             i64: [
                 ["workers", &config::WORKERS, 2, 1, 64, ConfigurationFlags::DEFAULT, Some(Box::new(config::on_workers_changed))],
-                ["worker-nice", &config::WORKER_NICE, 10, 0, 19, ConfigurationFlags::DEFAULT, Some(Box::new(config::on_nice_changed))],
+                ["worker-nice", &config::WORKER_NICE, 19, 0, 19, ConfigurationFlags::DEFAULT, Some(Box::new(config::on_nice_changed))],
                 ["cursor-idle-timeout", &config::IDLE_TIMEOUT, 60, 1, 86_400, ConfigurationFlags::DEFAULT, None],
                 ["max-open-cursors", &config::MAX_OPEN, 1024, 1, 1_000_000, ConfigurationFlags::DEFAULT, None],
                 ["scan-budget", &config::SCAN_BUDGET, 100_000, 100, 1_000_000_000, ConfigurationFlags::DEFAULT, None],

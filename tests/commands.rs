@@ -670,7 +670,7 @@ fn inline_paths_match_the_blocking_path(#[case] path: Path) {
 
 const DEFAULTS: &[(&str, &str)] = &[
     ("snapshot.workers", "2"),
-    ("snapshot.worker-nice", "10"),
+    ("snapshot.worker-nice", "19"),
     ("snapshot.cursor-idle-timeout", "60"),
     ("snapshot.max-open-cursors", "1024"),
     ("snapshot.scan-budget", "100000"),
@@ -822,7 +822,7 @@ fn workers_resize_at_runtime_and_have_low_priority() {
     wait_until("2 worker threads", POLL, || worker_threads(pid).len() == 2);
     for (comm, nice) in worker_threads(pid) {
         assert_worker_name(&comm);
-        assert_eq!(nice, 10, "default worker-nice for {comm}");
+        assert_eq!(nice, 19, "default worker-nice for {comm}");
     }
 
     config_set(&mut con, "snapshot.workers", "4").unwrap();

@@ -112,7 +112,9 @@ class Server:
                     "--enable-debug-command", "yes", "--enable-module-command", "yes",
                     "--protected-mode", "yes"]
             if self.module:
-                args += ["--loadmodule", str(MODULE)] + self.module_args
+                # SNAPSCAN_MODULE_ARGS="worker-nice 19 ..." tries other configs.
+                extra = os.environ.get("SNAPSCAN_MODULE_ARGS", "").split()
+                args += ["--loadmodule", str(MODULE)] + self.module_args + extra
             for k, v in self.config.items():
                 args += [f"--{k}", str(v)]
             self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL,
