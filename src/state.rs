@@ -4,6 +4,7 @@ use crate::config;
 use crate::cursor::Registry;
 use crate::hash::watch::Watches;
 use crate::hash::HashCopy;
+use crate::index::live::OpenRequest;
 use crate::index::{Key, KeyMap, Keyspace, Live, Op, Snapshot, TypeNames};
 use crate::pool::{Pool, Reaper};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -66,13 +67,16 @@ impl Module {
         self.live.pushed()
     }
 
-    /// Opens a snapshot of `db` containing exactly the changes up to `seq`.
+    /// Requests a snapshot of `db` as of now (main thread, at cursor 0).
+    pub fn open(&self, db: usize, at_ms: i64) -> Arc<OpenRequest> {
+        self.live.open(db, at_ms)
+    }
+
+    /// The snapshot of a request: exactly the changes recorded before it.
     /// Runs on a worker (or inline): may apply pending changes itself.
-    pub fn snapshot(&self, db: usize, at_ms: i64, seq: u64) -> Arc<Snapshot> {
-        let mut ks = self
-            .live
-            .sync(seq, &|maps: Vec<KeyMap>| self.reaper.dispose(maps));
-        ks.snapshot(db, at_ms)
+    pub fn snapshot(&self, req: &OpenRequest) -> Arc<Snapshot> {
+        self.live
+            .take(req, &|maps: Vec<KeyMap>| self.reaper.dispose(maps))
     }
 
     /// The index with every recorded change applied.

@@ -1466,3 +1466,73 @@ fn expiry_inside_multi_and_lua_follows_the_server_clock(#[case] multi: bool) {
         "SNAPSHOT.SCAN disagrees with SCAN"
     );
 }
+
+/// A cursor-0 call queued behind a busy worker: writes made after the call
+/// (and applied by the indexer long before the worker gets to it) must not
+/// leak into its snapshot, and deletions after it must not remove keys.
+#[test]
+fn a_queued_cursor_zero_is_cut_at_its_call_not_when_served() {
+    let server = Server::start();
+    let mut con = server.client();
+    cmd_str(&mut con, &["CONFIG", "SET", "snapshot.workers", "1"]);
+    cmd_str(
+        &mut con,
+        &["CONFIG", "SET", "snapshot.scan-budget", "100000000"],
+    );
+    let mut p = redis::pipe();
+    for i in 0..200_000u32 {
+        p.cmd("SET").arg(format!("k{i:06}")).arg(1).ignore();
+    }
+    let _: () = p.query(&mut con).expect("load");
+    cmd_str(&mut con, &["SET", "oldkey", "1"]);
+    // Ten X calls keep the only worker busy walking 200k keys each.
+    let busy: Vec<_> = (0..10)
+        .map(|_| {
+            let mut x = server.client();
+            std::thread::spawn(move || {
+                let _: Value = query(
+                    &mut x,
+                    &["SNAPSHOT.SCAN", "0", "MATCH", "*a*a*a*zz*", "COUNT", "1"],
+                )
+                .unwrap();
+            })
+        })
+        .collect();
+    wait_until("the worker to be busy", POLL, || {
+        info_field(
+            &cmd_str(&mut con, &["INFO", "snapshot"]),
+            "snapshot_worker_queue_depth",
+        )
+        .is_some_and(|d| d != "0")
+    });
+    // A opens its snapshot while the worker is busy.
+    let port = server.port();
+    let a = std::thread::spawn(move || {
+        let mut a = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+            .and_then(|c| c.get_connection())
+            .expect("connect");
+        let _: () = query(&mut a, &["CLIENT", "SETNAME", "a"]).unwrap();
+        full_scan(&mut a, "SNAPSHOT.SCAN", &["COUNT", "1000000"])
+    });
+    wait_until("A to be blocked", POLL, || {
+        let list = cmd_str(&mut con, &["CLIENT", "LIST"]);
+        list.lines()
+            .any(|l| l.contains(" name=a ") && l.contains("flags=b"))
+    });
+    // B writes after A's call; the indexer applies these within ~2 ms.
+    cmd_str(&mut con, &["SET", "newkey", "1"]);
+    let _: i64 = query(&mut con, &["DEL", "oldkey"]).unwrap();
+    let keys = a.join().expect("A");
+    for x in busy {
+        x.join().expect("X");
+    }
+    assert!(
+        keys.iter().any(|k| k == b"oldkey"),
+        "a key deleted after the call is part of the snapshot"
+    );
+    assert!(
+        !keys.iter().any(|k| k == b"newkey"),
+        "a key written after the call leaked into the snapshot"
+    );
+    assert_eq!(keys.len(), 200_001);
+}

@@ -5,6 +5,7 @@ use crate::backfill;
 use crate::config;
 use crate::ffi::{self, blocked::BlockedReply, reply::Reply, Ctx};
 use crate::glob::Pattern;
+use crate::index::live::OpenRequest;
 use crate::index::walk::{walk, ScanSpec};
 use crate::index::{Key, Snapshot};
 use crate::state::{self, Module, ScanCursor};
@@ -16,7 +17,7 @@ const DEFAULT_COUNT: usize = 10;
 enum Start {
     /// Cursor 0: the snapshot of `db` as of change `seq`, opened on the
     /// worker (the main thread only records where it stands in the log).
-    Open { db: usize, at_ms: i64, seq: u64 },
+    Open(Arc<OpenRequest>),
     Continue {
         snap: Arc<Snapshot>,
         after: Key,
@@ -64,11 +65,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     let db = ffi::selected_db(ctx);
     let start = if cursor == 0 {
         Module::bump(&m.stats.snapshots_opened, 1);
-        Start::Open {
-            db,
-            at_ms: ffi::command_time_ms(),
-            seq: m.pushed(),
-        }
+        Start::Open(m.open(db, ffi::command_time_ms()))
     } else {
         match m.cursors.take_in(cursor, db) {
             Ok(e) => Start::Continue {
@@ -124,7 +121,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
 /// lock (or inline for MULTI/Lua).
 fn serve(m: &'static Module, start: Start, spec: &ScanSpec) -> (u64, Vec<Key>) {
     let (snap, after, pages) = match start {
-        Start::Open { db, at_ms, seq } => (m.snapshot(db, at_ms, seq), None, 0),
+        Start::Open(req) => (m.snapshot(&req), None, 0),
         Start::Continue { snap, after, pages } => (snap, Some(after), pages),
     };
     let page = walk(&snap.map, snap.at_ms, after.as_ref(), spec);

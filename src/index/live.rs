@@ -1,26 +1,29 @@
 //! The live index behind an operation log, so the server's main thread never
 //! walks the tree.
 //!
-//! The main thread (and the backfill, under the server lock) only *pushes*
-//! operations: "key K in db D now has meta M", "is gone", "db D was
-//! flushed", "dbs A and B were swapped". An indexer thread applies them to
-//! the [`Keyspace`] in order. Whoever needs the index as of a point in the
-//! log (a worker opening a snapshot for a cursor-0 call) calls
-//! [`Live::sync`] with the sequence number observed at that point: it takes
-//! the index lock and applies the log up to there itself if the indexer has
-//! not yet. The snapshot therefore contains exactly the writes that
-//! completed before the cursor-0 call.
+//! The main thread (and the index build, on the main thread too) only
+//! *pushes* operations: "key K in db D now has meta M", "db D was flushed",
+//! "dbs A and B were swapped". An indexer thread applies them to the
+//! [`Keyspace`] in order.
 //!
-//! Locking: `queue` (a short push/pop critical section) and `index` (held
-//! while applying a batch or reading the map). Operations are popped only
-//! while `index` is held, so they are applied in log order. If the log grows
-//! past [`MAX_BACKLOG`] the pusher applies it itself (backpressure instead of
-//! unbounded memory).
+//! A cursor-0 call *registers* a snapshot request at the current end of the
+//! log ([`Live::open`]). Whoever applies the log (the indexer, or the worker
+//! serving that call, in [`Live::take`]) clones the root exactly when the
+//! log has been applied up to that point, before applying anything that
+//! came later. The snapshot therefore contains exactly the writes that
+//! completed before the cursor-0 call, however far the indexer has run.
+//!
+//! Locking: `queue` (short push/pop/register critical sections) and `index`
+//! (held while applying a batch or reading the map). Operations are popped
+//! and applied only while `index` is held, so they are applied in log order
+//! and cuts happen at exact positions. If the log grows past
+//! [`MAX_BACKLOG`] the pusher applies some of it itself (backpressure
+//! instead of unbounded memory).
 
-use super::{Change, Key, KeyMap, Keyspace, Meta};
-use std::collections::VecDeque;
+use super::{Change, Key, KeyMap, Keyspace, Meta, Snapshot};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 /// One change of the keyspace, in the order the server made it.
@@ -33,16 +36,30 @@ pub enum Op {
     Swap(usize, usize),
 }
 
-/// Log length past which pushers apply it themselves.
+/// Log length past which pushers apply part of it themselves.
 pub const MAX_BACKLOG: usize = 1 << 20;
 /// Operations applied per hold of the index lock by the indexer.
 const BATCH: usize = 4096;
 /// Indexer pause when it has caught up.
 const POLL: Duration = Duration::from_millis(2);
 
+/// A snapshot requested at a position of the log.
+pub struct OpenRequest {
+    seq: u64,
+    db: usize,
+    at_ms: i64,
+    cut: Mutex<Option<Arc<Snapshot>>>,
+}
+
+struct Queue {
+    ops: VecDeque<Op>,
+    /// Snapshot requests by log position (number of operations before it).
+    opens: BTreeMap<u64, Vec<Arc<OpenRequest>>>,
+}
+
 pub struct Live {
     index: Mutex<Keyspace>,
-    queue: Mutex<VecDeque<Op>>,
+    queue: Mutex<Queue>,
     /// Operations pushed so far (sequence number of the last one).
     pushed: AtomicU64,
     /// Operations applied so far.
@@ -54,29 +71,79 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+type Dispose<'a> = &'a dyn Fn(Vec<KeyMap>);
+
 impl Live {
     pub fn new(databases: usize) -> Self {
         Live {
             index: Mutex::new(Keyspace::new(databases)),
-            queue: Mutex::new(VecDeque::new()),
+            queue: Mutex::new(Queue {
+                ops: VecDeque::new(),
+                opens: BTreeMap::new(),
+            }),
             pushed: AtomicU64::new(0),
             applied: AtomicU64::new(0),
             changes: AtomicU64::new(0),
         }
     }
 
-    /// Appends an operation; returns its sequence number. `dispose`
-    /// receives maps freed by flushes if the pusher has to apply the log.
-    pub fn push(&self, op: Op, dispose: &dyn Fn(Vec<KeyMap>)) -> u64 {
+    /// Appends an operation; returns its sequence number.
+    pub fn push(&self, op: Op, dispose: Dispose) -> u64 {
         let (seq, backlog) = {
             let mut q = lock(&self.queue);
-            q.push_back(op);
-            (self.pushed.fetch_add(1, Ordering::SeqCst) + 1, q.len())
+            q.ops.push_back(op);
+            (self.pushed.fetch_add(1, Ordering::SeqCst) + 1, q.ops.len())
         };
         if backlog > MAX_BACKLOG {
-            drop(self.sync(seq, dispose));
+            // Apply a few batches here: bounded work, bounded memory.
+            let mut ks = lock(&self.index);
+            for _ in 0..4 {
+                self.apply_batch(&mut ks, BATCH, dispose);
+            }
         }
         seq
+    }
+
+    /// Requests a snapshot of `db` as of now (the current end of the log).
+    pub fn open(&self, db: usize, at_ms: i64) -> Arc<OpenRequest> {
+        let mut q = lock(&self.queue);
+        let seq = self.pushed.load(Ordering::SeqCst);
+        let req = Arc::new(OpenRequest {
+            seq,
+            db,
+            at_ms,
+            cut: Mutex::new(None),
+        });
+        q.opens.entry(seq).or_default().push(Arc::clone(&req));
+        req
+    }
+
+    /// The snapshot of a request: applies the log up to its position if
+    /// nobody has yet (cutting every request met on the way).
+    pub fn take(&self, req: &OpenRequest, dispose: Dispose) -> Arc<Snapshot> {
+        if let Some(s) = lock(&req.cut).take() {
+            return s;
+        }
+        let mut ks = lock(&self.index);
+        loop {
+            if let Some(s) = lock(&req.cut).take() {
+                return s;
+            }
+            // Cuts due at the current position (e.g. this very request).
+            self.cut_due(&mut ks);
+            if let Some(s) = lock(&req.cut).take() {
+                return s;
+            }
+            let want = req
+                .seq
+                .saturating_sub(self.applied.load(Ordering::SeqCst))
+                .clamp(1, BATCH as u64) as usize;
+            if self.apply_batch(&mut ks, want, dispose) == 0 {
+                // Nothing left to apply yet the request was not cut: only
+                // possible if it was never registered; serve the present.
+                return ks.snapshot(req.db, req.at_ms);
+            }
+        }
     }
 
     /// Sequence number of the last pushed operation.
@@ -95,9 +162,9 @@ impl Live {
         self.changes.load(Ordering::Relaxed)
     }
 
-    /// The index with every operation up to `upto` applied (and possibly
-    /// a few more only if `upto` is `u64::MAX`).
-    pub fn sync(&self, upto: u64, dispose: &dyn Fn(Vec<KeyMap>)) -> MutexGuard<'_, Keyspace> {
+    /// The index with every operation up to `upto` applied (for figures;
+    /// snapshots use [`Live::open`] and [`Live::take`]).
+    pub fn sync(&self, upto: u64, dispose: Dispose) -> MutexGuard<'_, Keyspace> {
         let mut ks = lock(&self.index);
         while self.applied.load(Ordering::SeqCst) < upto {
             let want = (upto - self.applied.load(Ordering::SeqCst)).min(BATCH as u64) as usize;
@@ -108,44 +175,73 @@ impl Live {
         ks
     }
 
-    fn apply_batch(&self, ks: &mut Keyspace, max: usize, dispose: &dyn Fn(Vec<KeyMap>)) -> usize {
-        let batch: Vec<Op> = {
-            let mut q = lock(&self.queue);
-            let n = max.min(q.len());
-            let batch = q.drain(..n).collect();
-            if q.is_empty() && q.capacity() > 4 * BATCH {
-                // Give back what a burst (a backfill, a big load) grew.
-                q.shrink_to(BATCH);
-            }
-            batch
-        };
-        let mut freed = Vec::new();
-        let mut changed = 0;
-        for op in &batch {
-            match op {
-                Op::Set(db, key, truth) => {
-                    if ks.apply(*db, key, *truth) != Change::Unchanged {
-                        changed += 1;
-                    }
-                }
-                Op::Flush(db) => freed.push(ks.flush(*db)),
-                Op::FlushAll => freed.extend(ks.flush_all()),
-                Op::Swap(a, b) => ks.swap(*a, *b),
-            }
+    /// Cuts every request registered at the current position.
+    fn cut_due(&self, ks: &mut Keyspace) {
+        let at = self.applied.load(Ordering::SeqCst);
+        let due = lock(&self.queue).opens.remove(&at);
+        for req in due.into_iter().flatten() {
+            *lock(&req.cut) = Some(ks.snapshot(req.db, req.at_ms));
         }
+    }
+
+    /// Applies up to `max` operations, stopping at every registered request
+    /// to cut it. Returns how many were applied.
+    fn apply_batch(&self, ks: &mut Keyspace, max: usize, dispose: Dispose) -> usize {
+        let mut freed = Vec::new();
+        let mut done = 0;
+        let mut changed = 0;
+        while done < max {
+            self.cut_due(ks);
+            // Pop up to the next registered request (or `max`).
+            let batch: Vec<Op> = {
+                let mut q = lock(&self.queue);
+                let applied = self.applied.load(Ordering::SeqCst);
+                let until_open = q
+                    .opens
+                    .keys()
+                    .next()
+                    .map_or(u64::MAX, |&s| s.saturating_sub(applied));
+                let n = (max - done)
+                    .min(q.ops.len())
+                    .min(until_open.max(1) as usize);
+                let batch: Vec<Op> = q.ops.drain(..n).collect();
+                if q.ops.is_empty() && q.ops.capacity() > 4 * BATCH {
+                    // Give back what a burst (a backfill, a big load) grew.
+                    q.ops.shrink_to(BATCH);
+                }
+                batch
+            };
+            if batch.is_empty() {
+                break;
+            }
+            for op in &batch {
+                match op {
+                    Op::Set(db, key, truth) => {
+                        if ks.apply(*db, key, *truth) != Change::Unchanged {
+                            changed += 1;
+                        }
+                    }
+                    Op::Flush(db) => freed.push(ks.flush(*db)),
+                    Op::FlushAll => freed.extend(ks.flush_all()),
+                    Op::Swap(a, b) => ks.swap(*a, *b),
+                }
+            }
+            done += batch.len();
+            self.applied.fetch_add(batch.len() as u64, Ordering::SeqCst);
+        }
+        self.cut_due(ks);
         self.changes.fetch_add(changed, Ordering::Relaxed);
-        self.applied.fetch_add(batch.len() as u64, Ordering::SeqCst);
         if !freed.is_empty() {
             dispose(freed);
         }
-        batch.len()
+        done
     }
 
     /// The indexer loop: applies the log as it arrives, forever. It polls
     /// (every [`POLL`] when idle) instead of being woken, so pushing costs
-    /// the main thread no system call; readers that need the latest state
-    /// call [`Live::sync`] and never wait for the poll.
-    pub fn run_indexer(&self, dispose: &dyn Fn(Vec<KeyMap>)) {
+    /// the main thread no system call; snapshot requests never wait for the
+    /// poll (the worker applies what it needs itself).
+    pub fn run_indexer(&self, dispose: Dispose) {
         loop {
             let applied = {
                 let mut ks = lock(&self.index);
@@ -162,24 +258,25 @@ impl Live {
 mod tests {
     use super::super::meta::STRING;
     use super::*;
-    use std::sync::Arc;
 
     fn put(db: usize, k: &str) -> Op {
         Op::Set(db, Key::new(k.as_bytes()), Some(Meta::new(STRING, None)))
     }
 
+    const NOTHING: Dispose = &|_| {};
+
     #[test]
-    fn sync_applies_exactly_up_to_the_sequence_number() {
+    fn a_snapshot_holds_exactly_the_log_before_its_request() {
         let live = Live::new(2);
-        let nothing = |_: Vec<KeyMap>| {};
-        let s1 = live.push(put(0, "a"), &nothing);
-        live.push(put(0, "b"), &nothing);
-        live.push(Op::Swap(0, 1), &nothing);
-        {
-            let ks = live.sync(s1, &nothing);
-            assert_eq!(ks.len(0), 1, "only the first operation");
-        }
-        let ks = live.sync(live.pushed(), &nothing);
+        live.push(put(0, "a"), NOTHING);
+        let req = live.open(0, 0);
+        live.push(put(0, "b"), NOTHING);
+        live.push(Op::Swap(0, 1), NOTHING);
+        // Everything applied (as the indexer would) before the worker asks.
+        drop(live.sync(live.pushed(), NOTHING));
+        let snap = live.take(&req, NOTHING);
+        assert_eq!(snap.map.len(), 1, "only the write before the request");
+        let ks = live.sync(live.pushed(), NOTHING);
         assert_eq!((ks.len(0), ks.len(1)), (0, 2));
         drop(ks);
         assert_eq!(live.backlog(), 0);
@@ -187,30 +284,53 @@ mod tests {
     }
 
     #[test]
-    fn indexer_thread_and_syncing_readers_agree_with_the_log_order() {
+    fn requests_at_the_same_or_earlier_positions_are_each_exact() {
+        let live = Live::new(1);
+        let r0 = live.open(0, 0);
+        live.push(put(0, "a"), NOTHING);
+        let r1 = live.open(0, 0);
+        let r1b = live.open(0, 0);
+        live.push(put(0, "b"), NOTHING);
+        let r2 = live.open(0, 0);
+        // Taken in reverse order: the last one applies everything.
+        assert_eq!(live.take(&r2, NOTHING).map.len(), 2);
+        assert_eq!(live.take(&r1b, NOTHING).map.len(), 1);
+        assert_eq!(live.take(&r1, NOTHING).map.len(), 1);
+        assert_eq!(live.take(&r0, NOTHING).map.len(), 0);
+    }
+
+    #[test]
+    fn indexer_running_ahead_never_leaks_later_writes_into_a_snapshot() {
         let live = Arc::new(Live::new(1));
         let l2 = Arc::clone(&live);
-        std::thread::spawn(move || l2.run_indexer(&|_| {}));
-        let nothing = |_: Vec<KeyMap>| {};
+        std::thread::spawn(move || l2.run_indexer(NOTHING));
         for round in 0..200u32 {
-            for i in 0..50u32 {
-                live.push(put(0, &format!("k{round}:{i}")), &nothing);
+            for i in 0..20u32 {
+                live.push(put(0, &format!("k{round}:{i}")), NOTHING);
             }
-            let seq = live.push(Op::Flush(0), &nothing);
-            live.push(put(0, "after"), &nothing);
-            let ks = live.sync(seq, &nothing);
-            // Exactly the state right after the flush, or later (the indexer
-            // may have applied "after" already), never before it.
-            assert!(ks.len(0) <= 1, "round {round}: {}", ks.len(0));
+            live.push(Op::Flush(0), NOTHING);
+            let req = live.open(0, 0);
+            for i in 0..20u32 {
+                live.push(put(0, &format!("after{round}:{i}")), NOTHING);
+            }
+            if round % 2 == 0 {
+                // Give the indexer time to run past the request.
+                std::thread::sleep(Duration::from_millis(3));
+            }
+            let snap = live.take(&req, NOTHING);
+            assert_eq!(
+                snap.map.len(),
+                0,
+                "round {round}: exactly the state after the flush"
+            );
         }
     }
 
     #[test]
-    fn backlog_past_the_limit_is_applied_by_the_pusher() {
+    fn backlog_past_the_limit_is_partly_applied_by_the_pusher() {
         let live = Live::new(1);
-        let nothing = |_: Vec<KeyMap>| {};
         for i in 0..(MAX_BACKLOG + 10) {
-            live.push(put(0, &format!("{i}")), &nothing);
+            live.push(put(0, &format!("{i}")), NOTHING);
         }
         assert!(live.backlog() <= MAX_BACKLOG as u64);
     }
