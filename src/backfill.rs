@@ -174,9 +174,11 @@ impl Walk {
             return false;
         };
         if EPOCH.load(Ordering::SeqCst) != self.epoch {
+            // Restart as often as needed: giving up would serve an
+            // incomplete index as complete.
             self.restarts += 1;
-            if self.restarts > 1000 {
-                return false;
+            if self.restarts.is_multiple_of(100) {
+                ffi::log(std::ptr::null_mut(), "warning", "snapscan: index build restarted 100 more times (SWAPDB or loads during the build)");
             }
             self.restart();
         }

@@ -140,6 +140,16 @@ fn refresh_everywhere(m: &Module, key: &[u8]) {
     }
 }
 
+/// The event name of a notification ("set", "del", ...).
+fn event_bytes<'a>(event: *const c_char) -> &'a [u8] {
+    if event.is_null() {
+        return b"";
+    }
+    // SAFETY: the server passes a NUL-terminated event name that lives for
+    // the callback.
+    unsafe { std::ffi::CStr::from_ptr(event) }.to_bytes()
+}
+
 extern "C" fn on_keyspace_event(
     ctx: *mut raw::RedisModuleCtx,
     type_: c_int,
@@ -151,19 +161,19 @@ extern "C" fn on_keyspace_event(
         Module::bump(&m.stats.events, 1);
         let db = ffi::selected_db(ctx);
         let name = ffi::string_bytes(key);
-        m.watches.bump(db, name);
+        if matches!(event_bytes(event), b"move_from" | b"move_to" | b"copy_to") {
+            // Fired from the caller's database on some servers: any copy of
+            // a hash with this name may be stale.
+            m.watches.bump_all();
+        } else {
+            m.watches.bump(db, name);
+        }
         if type_ & raw::REDISMODULE_NOTIFY_LOADED != 0 {
             // RDB loading: no execution units, and the name may live on the
             // server's stack; read the key now through a heap copy.
             return apply(m, db, name, keys::probe_copy(ctx, key));
         }
-        // SAFETY: the server passes a NUL-terminated event name.
-        let event = if event.is_null() {
-            c""
-        } else {
-            unsafe { std::ffi::CStr::from_ptr(event) }
-        };
-        let event = event.to_bytes();
+        let event = event_bytes(event);
         settle_unless(m, db, name);
         match event {
             b"new" => {
@@ -250,7 +260,10 @@ extern "C" fn on_loading(
                 backfill::topology_changed();
             }
             raw::REDISMODULE_SUBEVENT_LOADING_FAILED => {
-                // Whatever is in memory now is the truth: rebuild from it.
+                // Whatever is in memory now is the truth: forget what the
+                // partial load indexed and rebuild from memory.
+                m.push(Op::FlushAll);
+                m.watches.bump_all();
                 backfill::start(ctx);
             }
             _ => {}

@@ -128,9 +128,10 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     };
     // More slices to come: field TTLs matter now. (Same instant as the
     // first slice: no command ran in between.)
-    let mut guard = TtlGuard::Never;
+    let mut valid_until = None;
     if matches!(&first, Ok(next) if next != b"0") {
-        guard = ttl_guard(ctx, &name, db);
+        let (guard, until) = copy_deadline(ctx, &name, db);
+        valid_until = until;
         if guard == TtlGuard::OneHold {
             builder.clear();
             first = hashcopy::hgetall(ctx, key, &mut builder).map(|_| b"0".to_vec());
@@ -170,10 +171,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
         db,
         key: key.into(),
         p: Pending {
-            valid_until: match guard {
-                TtlGuard::Until(t) => Some(t),
-                _ => None,
-            },
+            valid_until,
             builder,
             cursor: next,
             version,
@@ -221,11 +219,13 @@ impl CopyTask {
             p.builder.clear();
             p.cursor = b"0".to_vec();
             (p.version, p.epoch) = m.watches.current(db, key);
-            p.valid_until = ffi::OwnedString::new(ctx, key)
-                .and_then(|n| keys::hash_min_field_expire(ctx, n.ptr()))
-                .flatten();
-            let stale = p.valid_until.is_some_and(|t| t <= ffi::now_ms());
-            fallback = self.retries > MAX_RETRIES || stale;
+            let (guard, until) = match ffi::OwnedString::new(ctx, key) {
+                Some(n) => copy_deadline(ctx, &n, db),
+                None => (TtlGuard::OneHold, None),
+            };
+            p.valid_until = until;
+            let stale = until.is_some_and(|t| t <= ffi::now_ms());
+            fallback = self.retries > MAX_RETRIES || stale || guard == TtlGuard::OneHold;
         }
         let result = if fallback {
             Module::bump(&m.stats.hash_copy_fallbacks, 1);
@@ -235,6 +235,11 @@ impl CopyTask {
             hashcopy::hscan_slice(ctx, key, &p.cursor, batch, &mut p.builder)
         };
         record_hold(m, started);
+        if result.is_ok() && m.watches.current(db, key) != (p.version, p.epoch) {
+            // The slice itself changed the hash (its key expired lazily):
+            // the next step starts over.
+            return true;
+        }
         match result {
             Ok(next) if next != b"0" => {
                 p.cursor = next;
@@ -306,6 +311,23 @@ enum TtlGuard {
     /// The server cannot tell (Valkey 9 with field TTLs in this database):
     /// copy in one hold, never share.
     OneHold,
+}
+
+/// What bounds a sliced copy of the hash at `name`: its field-TTL guard,
+/// and the time past which slices are no longer consistent (the first
+/// field TTL or the key's own expiry, whichever comes first).
+fn copy_deadline(ctx: Ctx, name: &ffi::OwnedString, db: usize) -> (TtlGuard, Option<i64>) {
+    let guard = ttl_guard(ctx, name, db);
+    let key_expire = keys::probe(ctx, name.ptr()).and_then(|f| f.expire);
+    let field = match guard {
+        TtlGuard::Until(t) => Some(t),
+        _ => None,
+    };
+    let until = match (field, key_expire) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    (guard, until)
 }
 
 fn ttl_guard(ctx: Ctx, name: &ffi::OwnedString, db: usize) -> TtlGuard {

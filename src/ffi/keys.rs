@@ -143,13 +143,22 @@ fn named_type(
     } else {
         0
     };
-    let mut cache = NAMED_TYPES.lock().unwrap_or_else(|e| e.into_inner());
-    let cache = cache.get_or_insert_with(HashMap::new);
-    if let Some(n) = cache.get(&(ktype, ptr)) {
-        return Some(Arc::clone(n));
+    let cached = NAMED_TYPES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(HashMap::new)
+        .get(&(ktype, ptr))
+        .cloned();
+    if cached.is_some() {
+        return cached;
     }
+    // Not under our lock: TYPE may fire a notification that re-enters us.
     let name: Arc<[u8]> = Arc::from(call_type(ctx, keyname)?);
-    cache.insert((ktype, ptr), Arc::clone(&name));
+    NAMED_TYPES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(HashMap::new)
+        .insert((ktype, ptr), Arc::clone(&name));
     Some(name)
 }
 
@@ -160,6 +169,7 @@ fn call_type(ctx: Ctx, keyname: *mut raw::RedisModuleString) -> Option<Vec<u8>> 
         api!(RedisModule_CallReplyStringPtr)?,
         api!(RedisModule_FreeCallReply)?,
     );
+    let reply_type = api!(RedisModule_CallReplyType);
     // SAFETY: ctx/keyname are live; "s" consumes exactly one RedisModuleString
     // vararg; the reply is freed once after copying its bytes.
     unsafe {
@@ -167,8 +177,14 @@ fn call_type(ctx: Ctx, keyname: *mut raw::RedisModuleString) -> Option<Vec<u8>> 
         if reply.is_null() {
             return None;
         }
+        let is_string =
+            reply_type.is_some_and(|t| matches!(t(reply) as isize, raw::REDISMODULE_REPLY_STRING));
         let mut len = 0usize;
-        let p = strptr(reply, &mut len);
+        let p = if is_string {
+            strptr(reply, &mut len)
+        } else {
+            std::ptr::null()
+        };
         let out = (!p.is_null()).then(|| std::slice::from_raw_parts(p.cast::<u8>(), len).to_vec());
         free(reply);
         out.filter(|n| !n.is_empty() && n.as_slice() != b"none")
@@ -210,6 +226,7 @@ pub fn db_may_have_field_ttls(ctx: Ctx, db: usize) -> bool {
     ) else {
         return true;
     };
+    let reply_type = api!(RedisModule_CallReplyType);
     // SAFETY: the server lock is held; "c" consumes one C string; the reply
     // is freed once after its bytes are read.
     let text = unsafe {
@@ -217,8 +234,14 @@ pub fn db_may_have_field_ttls(ctx: Ctx, db: usize) -> bool {
         if reply.is_null() {
             return true;
         }
+        let is_string =
+            reply_type.is_some_and(|t| matches!(t(reply) as isize, raw::REDISMODULE_REPLY_STRING));
         let mut len = 0usize;
-        let p = strptr(reply, &mut len);
+        let p = if is_string {
+            strptr(reply, &mut len)
+        } else {
+            std::ptr::null()
+        };
         let t = (!p.is_null()).then(|| {
             String::from_utf8_lossy(std::slice::from_raw_parts(p.cast::<u8>(), len)).into_owned()
         });
