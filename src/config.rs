@@ -16,12 +16,12 @@ pub static IDLE_TIMEOUT: AtomicI64 = AtomicI64::new(60);
 pub static MAX_OPEN: AtomicI64 = AtomicI64::new(1024);
 /// `snapshot.scan-budget`: index entries one call may examine at most.
 pub static SCAN_BUDGET: AtomicI64 = AtomicI64::new(100_000);
-/// `snapshot.backfill-batch`: keys indexed per hold of the server lock
-/// while building the index after MODULE LOAD.
+/// `snapshot.backfill-batch`: keys indexed per slice (one per turn of the
+/// event loop) while building the index after MODULE LOAD.
 pub static BACKFILL_BATCH: AtomicI64 = AtomicI64::new(1000);
 
-/// `snapshot.hash-copy-batch`: hash fields copied per hold of the server
-/// lock when SNAPSHOT.HSCAN snapshots a large hash.
+/// `snapshot.hash-copy-batch`: hash fields copied per slice (one per turn
+/// of the event loop) when SNAPSHOT.HSCAN snapshots a large hash.
 pub static HASH_COPY_BATCH: AtomicI64 = AtomicI64::new(1000);
 /// `snapshot.hash-memory-limit`: bytes all hash snapshots may hold.
 pub static HASH_MEMORY_LIMIT: AtomicI64 = AtomicI64::new(256 << 20);

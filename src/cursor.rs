@@ -148,6 +148,7 @@ impl<T> Registry<T> {
     }
 
     /// Removes and returns the iteration behind `id` (cursors are single-use).
+    #[cfg(test)]
     pub fn take(&self, id: u64) -> Option<Entry<T>> {
         let mut g = self.lock();
         let e = g.entries.remove(&id)?;
@@ -202,14 +203,6 @@ impl<T> Registry<T> {
             }
         }
         out
-    }
-
-    /// Removes every entry (e.g. on a restart of the index); returns values.
-    pub fn clear(&self) -> Vec<T> {
-        let mut g = self.lock();
-        g.fresh.clear();
-        g.continued.clear();
-        g.entries.drain().map(|(_, e)| e.value).collect()
     }
 
     pub fn stats(&self) -> Stats {

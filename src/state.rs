@@ -86,6 +86,14 @@ impl Module {
         })
     }
 
+    /// Runs `job` on a worker thread, or right here if the pool cannot
+    /// take it (the job owns its reply guard either way).
+    pub fn on_worker(&self, job: crate::pool::Job) {
+        if let Err(job) = self.pool.submit(job) {
+            job();
+        }
+    }
+
     pub fn live(&self) -> &Live {
         &self.live
     }

@@ -259,9 +259,7 @@ impl CopyTask {
                         bc.reply(|r| write_page(r, next, Some(&copy), &items, spec.novalues));
                     }
                 });
-                if let Err(job) = m.pool.submit(job) {
-                    job();
-                }
+                m.on_worker(job);
                 false
             }
             Err(e) => {
@@ -404,9 +402,7 @@ fn finish_and_respond(
                 let (next, items) = serve(m, db, &key, copy.clone(), 0, 0, &spec);
                 bc.reply(|r| write_page(r, next, Some(&copy), &items, spec.novalues));
             });
-            if let Err(job) = m.pool.submit(job) {
-                job();
-            }
+            m.on_worker(job);
         }
     }
 }
@@ -441,9 +437,7 @@ fn respond(
                 let (next, items) = serve(m, db, &key, copy.clone(), pos, pages, &spec);
                 bc.reply(|r| write_page(r, next, Some(&copy), &items, spec.novalues));
             });
-            if let Err(job) = m.pool.submit(job) {
-                job();
-            }
+            m.on_worker(job);
         }
     }
 }

@@ -103,9 +103,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
                 let (next, keys) = serve(m, start, &spec);
                 bc.reply(|r| write_page(r, next, &keys));
             });
-            if let Err(job) = m.pool.submit(job) {
-                job();
-            }
+            m.on_worker(job);
         }
         None => {
             Module::bump(&m.stats.scans_sync, 1);

@@ -1,14 +1,16 @@
-//! A detached thread-safe context for background threads that must take
-//! the server lock (backfill slices, hash copy slices).
+//! A detached context of the module's own: a fake client whose selected
+//! database can be changed without touching any real client. Used on the
+//! main thread (index build, hash copies, re-reading keys in other
+//! databases).
 
 use super::{api, Ctx};
 
 /// Owns a detached thread-safe context; lock it around every server call.
 pub struct Detached(Ctx);
 
-// SAFETY: a detached thread-safe context may be used from any thread as
-// long as the server lock is taken around server calls, which `lock` does;
-// we never use it from two threads at once (it is not Sync).
+// SAFETY: a detached thread-safe context may be moved between threads; it
+// is only ever used on the main thread (or with the server lock held), and
+// never from two threads at once (it is not Sync).
 unsafe impl Send for Detached {}
 
 impl Detached {
@@ -19,19 +21,9 @@ impl Detached {
         (!c.is_null()).then_some(Detached(c))
     }
 
-    /// The context itself, for a caller that already holds the server lock
-    /// (e.g. code running on the main thread).
+    /// The context itself, for code on the main thread.
     pub fn ctx(&self) -> Ctx {
         self.0
-    }
-
-    /// Takes the server lock until the guard drops (also on unwind).
-    pub fn lock(&self) -> Locked<'_> {
-        if let Some(f) = api!(RedisModule_ThreadSafeContextLock) {
-            // SAFETY: self.0 is live; this thread does not hold the lock yet.
-            unsafe { f(self.0) };
-        }
-        Locked(self)
     }
 }
 
@@ -40,24 +32,6 @@ impl Drop for Detached {
         if let Some(f) = api!(RedisModule_FreeThreadSafeContext) {
             // SAFETY: frees the context created in `new`, exactly once.
             unsafe { f(self.0) };
-        }
-    }
-}
-
-/// The server lock, held; gives the context to call the server with.
-pub struct Locked<'a>(&'a Detached);
-
-impl Locked<'_> {
-    pub fn ctx(&self) -> Ctx {
-        self.0 .0
-    }
-}
-
-impl Drop for Locked<'_> {
-    fn drop(&mut self) {
-        if let Some(f) = api!(RedisModule_ThreadSafeContextUnlock) {
-            // SAFETY: this thread locked it in `Detached::lock`.
-            unsafe { f(self.0 .0) };
         }
     }
 }

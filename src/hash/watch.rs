@@ -143,6 +143,7 @@ impl Watches {
         }
     }
 
+    #[cfg(test)]
     pub fn watched(&self) -> usize {
         self.count.load(Ordering::SeqCst)
     }

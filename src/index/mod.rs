@@ -1,9 +1,9 @@
 //! The versioned shadow index: one persistent ordered map per database.
 //!
-//! Pure Rust, no server types. The live maps are written only by the thread
-//! that holds the server lock (notifications, server events, backfill slices);
-//! a [`Snapshot`] is an O(1) clone of a map's root that later writes never
-//! change (path copying), so workers read it without any lock.
+//! Pure Rust, no server types. The live maps are written by whoever applies
+//! the operation log ([`live`]: the indexer thread, or a worker cutting a
+//! snapshot); a [`Snapshot`] is an O(1) clone of a map's root that later
+//! writes never change (path copying), so workers walk it without any lock.
 //! See docs/DESIGN.md for why this structure.
 
 pub mod key;
@@ -41,8 +41,8 @@ struct DbIndex {
 
 /// Live index of every database.
 ///
-/// Locking: not internally synchronised. The module keeps it in a `Mutex`
-/// taken only by threads that hold the server lock, so it is uncontended.
+/// Locking: not internally synchronised; [`Live`] keeps it in a `Mutex`
+/// held while applying a batch of the log or cutting a snapshot.
 #[derive(Default)]
 pub struct Keyspace {
     dbs: Vec<DbIndex>,
@@ -59,7 +59,8 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// Keys alive in the snapshot, in order (for tests and small tools).
+    /// Keys alive in the snapshot, in order.
+    #[cfg(test)]
     pub fn live_keys(&self) -> impl Iterator<Item = &Key> {
         self.map
             .iter()
@@ -157,6 +158,7 @@ impl Keyspace {
         self.dbs.get(db).map_or(0, |d| d.version)
     }
 
+    #[cfg(test)]
     pub fn get(&self, db: usize, key: &[u8]) -> Option<Meta> {
         self.dbs
             .get(db)
