@@ -29,8 +29,10 @@ pub fn copies_made() -> u64 {
 #[derive(Clone, Copy, Debug)]
 struct Slot {
     off: usize,
-    flen: u32,
-    vlen: u32,
+    /// Lengths as `usize`: a field or value may exceed 4 GiB when the
+    /// server allows bulk strings that large.
+    flen: usize,
+    vlen: usize,
 }
 
 const SLOT_BYTES: usize = std::mem::size_of::<Slot>();
@@ -76,8 +78,8 @@ impl Builder {
         self.arena.extend_from_slice(value);
         self.slots.push(Slot {
             off,
-            flen: field.len() as u32,
-            vlen: value.len() as u32,
+            flen: field.len(),
+            vlen: value.len(),
         });
         Ok(())
     }
@@ -103,7 +105,7 @@ impl Builder {
     pub fn finish(mut self) -> HashCopy {
         let arena = std::mem::take(&mut self.arena);
         let mut slots = std::mem::take(&mut self.slots);
-        let field = |s: &Slot| &arena[s.off..s.off + s.flen as usize];
+        let field = |s: &Slot| &arena[s.off..s.off + s.flen];
         slots.sort_by(|a, b| field(a).cmp(field(b)));
         slots.dedup_by(|a, b| field(a) == field(b));
         let accounted = std::mem::replace(&mut self.accounted, 0);
@@ -161,13 +163,13 @@ impl HashCopy {
 
     pub fn field(&self, i: usize) -> &[u8] {
         let s = self.slots[i];
-        &self.arena[s.off..s.off + s.flen as usize]
+        &self.arena[s.off..s.off + s.flen]
     }
 
     pub fn value(&self, i: usize) -> &[u8] {
         let s = self.slots[i];
-        let start = s.off + s.flen as usize;
-        &self.arena[start..start + s.vlen as usize]
+        let start = s.off + s.flen;
+        &self.arena[start..start + s.vlen]
     }
 
     /// Fields from position `from` matching `pattern`: at most `count`,
