@@ -3,6 +3,7 @@
 //! caller holds the server lock. Both commands apply the server's own
 //! rules (fields whose TTL has passed are skipped).
 
+use super::call::{bytes, element, reply_len, reply_type, CallReply};
 use super::{api, Ctx};
 use crate::hash::{Builder, OverLimit};
 use redis_module::raw;
@@ -20,63 +21,6 @@ pub enum CopyError {
 impl From<OverLimit> for CopyError {
     fn from(e: OverLimit) -> Self {
         CopyError::OverLimit(e)
-    }
-}
-
-/// An owned RedisModule_Call reply, freed on drop.
-struct CallReply(*mut raw::RedisModuleCallReply);
-
-impl Drop for CallReply {
-    fn drop(&mut self) {
-        if let Some(free) = api!(RedisModule_FreeCallReply) {
-            // SAFETY: the reply came from RedisModule_Call and is freed once.
-            unsafe { free(self.0) };
-        }
-    }
-}
-
-fn reply_type(r: *mut raw::RedisModuleCallReply) -> isize {
-    match api!(RedisModule_CallReplyType) {
-        // SAFETY: r is a live reply (or an element of one).
-        Some(f) => (unsafe { f(r) }) as isize,
-        None => raw::REDISMODULE_REPLY_UNKNOWN,
-    }
-}
-
-fn reply_len(r: *mut raw::RedisModuleCallReply) -> usize {
-    match api!(RedisModule_CallReplyLength) {
-        // SAFETY: r is a live reply.
-        Some(f) => unsafe { f(r) },
-        None => 0,
-    }
-}
-
-fn element(r: *mut raw::RedisModuleCallReply, i: usize) -> *mut raw::RedisModuleCallReply {
-    match api!(RedisModule_CallReplyArrayElement) {
-        // SAFETY: r is a live array reply; out-of-range indexes return NULL.
-        Some(f) => unsafe { f(r, i) },
-        None => std::ptr::null_mut(),
-    }
-}
-
-/// Bytes of a string element; the slice lives as long as the whole reply.
-fn bytes<'a>(r: *mut raw::RedisModuleCallReply) -> &'a [u8] {
-    let Some(f) = api!(RedisModule_CallReplyStringPtr) else {
-        return &[];
-    };
-    if r.is_null() {
-        return &[];
-    }
-    let mut len = 0usize;
-    // SAFETY: r is a live string reply; the pointer is valid for `len` bytes
-    // while the top-level reply is alive (callers keep it alive).
-    unsafe {
-        let p = f(r, &mut len);
-        if p.is_null() {
-            &[]
-        } else {
-            std::slice::from_raw_parts(p.cast::<u8>(), len)
-        }
     }
 }
 

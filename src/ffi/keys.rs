@@ -1,6 +1,7 @@
 //! Learning the truth about a key from the server, without side effects:
 //! no LRU/LFU touch, no keyspace-miss event, no stats, no lazy expiry.
 
+use super::call::CallReply;
 use super::{api, Ctx};
 use crate::index::meta::{self, TypeId};
 use redis_module::raw;
@@ -164,31 +165,14 @@ fn named_type(
 
 /// `TYPE key` through RedisModule_Call (read-only; the key is known alive).
 fn call_type(ctx: Ctx, keyname: *mut raw::RedisModuleString) -> Option<Vec<u8>> {
-    let (call, strptr, free) = (
-        api!(RedisModule_Call)?,
-        api!(RedisModule_CallReplyStringPtr)?,
-        api!(RedisModule_FreeCallReply)?,
-    );
-    let reply_type = api!(RedisModule_CallReplyType);
-    // SAFETY: ctx/keyname are live; "s" consumes exactly one RedisModuleString
-    // vararg; the reply is freed once after copying its bytes.
-    unsafe {
-        let reply = call(ctx, c"TYPE".as_ptr(), c"s".as_ptr(), keyname);
-        if reply.is_null() {
-            return None;
-        }
-        let is_string =
-            reply_type.is_some_and(|t| matches!(t(reply) as isize, raw::REDISMODULE_REPLY_STRING));
-        let mut len = 0usize;
-        let p = if is_string {
-            strptr(reply, &mut len)
-        } else {
-            std::ptr::null()
-        };
-        let out = (!p.is_null()).then(|| std::slice::from_raw_parts(p.cast::<u8>(), len).to_vec());
-        free(reply);
-        out.filter(|n| !n.is_empty() && n.as_slice() != b"none")
-    }
+    let call = api!(RedisModule_Call)?;
+    // SAFETY: ctx/keyname are live; "s" consumes exactly one
+    // RedisModuleString vararg. The reply is owned (and freed) by CallReply.
+    let reply = CallReply::new(unsafe { call(ctx, c"TYPE".as_ptr(), c"s".as_ptr(), keyname) })?;
+    reply
+        .string()
+        .filter(|n| !n.is_empty() && *n != b"none")
+        .map(<[u8]>::to_vec)
 }
 
 /// Smallest field TTL of the hash at `keyname`: `Some(None)` when no field
@@ -219,35 +203,17 @@ pub fn hash_min_field_expire(
 /// `keys_with_volatile_items` figure of `INFO keyspace` (Valkey 9+). `true`
 /// when the server does not say.
 pub fn db_may_have_field_ttls(ctx: Ctx, db: usize) -> bool {
-    let (Some(call), Some(strptr), Some(free)) = (
-        api!(RedisModule_Call),
-        api!(RedisModule_CallReplyStringPtr),
-        api!(RedisModule_FreeCallReply),
-    ) else {
+    let Some(call) = api!(RedisModule_Call) else {
         return true;
     };
-    let reply_type = api!(RedisModule_CallReplyType);
-    // SAFETY: the server lock is held; "c" consumes one C string; the reply
-    // is freed once after its bytes are read.
-    let text = unsafe {
-        let reply = call(ctx, c"INFO".as_ptr(), c"c".as_ptr(), c"keyspace".as_ptr());
-        if reply.is_null() {
-            return true;
-        }
-        let is_string =
-            reply_type.is_some_and(|t| matches!(t(reply) as isize, raw::REDISMODULE_REPLY_STRING));
-        let mut len = 0usize;
-        let p = if is_string {
-            strptr(reply, &mut len)
-        } else {
-            std::ptr::null()
-        };
-        let t = (!p.is_null()).then(|| {
-            String::from_utf8_lossy(std::slice::from_raw_parts(p.cast::<u8>(), len)).into_owned()
-        });
-        free(reply);
-        t
-    };
+    // SAFETY: the server lock is held; "c" consumes one C string. The reply
+    // is owned (and freed) by CallReply.
+    let reply =
+        CallReply::new(unsafe { call(ctx, c"INFO".as_ptr(), c"c".as_ptr(), c"keyspace".as_ptr()) });
+    let text = reply
+        .as_ref()
+        .and_then(CallReply::string)
+        .map(|t| String::from_utf8_lossy(t).into_owned());
     let Some(text) = text else { return true };
     let prefix = format!("db{db}:");
     match text.lines().find_map(|l| l.strip_prefix(prefix.as_str())) {

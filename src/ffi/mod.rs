@@ -2,6 +2,7 @@
 //! server pointers lives under `ffi/`; the rest of the crate is plain Rust.
 
 pub mod blocked;
+pub mod call;
 pub mod hashcopy;
 pub mod keys;
 pub mod mainloop;
