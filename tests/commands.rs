@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use redis::{Connection, RedisError, RedisResult, Value};
+use redis::{Connection, RedisResult, Value};
 use rstest::rstest;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -20,23 +20,6 @@ const ARITY: &str = "ERR wrong number of arguments for 'snapshot.scan' command";
 const POLL: Duration = Duration::from_secs(10);
 
 // ---------------------------------------------------------------- helpers
-
-/// The server's error line (`CODE detail`) behind a failed reply.
-fn err_text(e: &RedisError) -> String {
-    match (e.code(), e.detail()) {
-        (Some(code), Some(detail)) => format!("{code} {detail}"),
-        (Some(code), None) => code.to_string(),
-        _ => format!("(not a server error) {e}"),
-    }
-}
-
-/// Runs `args` and returns the error line; panics if the command succeeded.
-fn expect_err(con: &mut Connection, args: &[&str]) -> String {
-    match query::<Value>(con, args) {
-        Ok(v) => panic!("{args:?} succeeded with {v:?}, expected an error"),
-        Err(e) => err_text(&e),
-    }
-}
 
 fn unknown_cursor(c: &str) -> String {
     format!("ERR cursor {c} {UNKNOWN_TAIL}")

@@ -9,7 +9,7 @@
 mod common;
 
 use common::*;
-use redis::{Connection, RedisError, RedisResult, Value};
+use redis::{Connection, RedisResult, Value};
 use rstest::rstest;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -48,31 +48,6 @@ impl Rng {
     }
     fn below(&mut self, n: usize) -> usize {
         (self.next() % n.max(1) as u64) as usize
-    }
-}
-
-/// Printable form of a binary field.
-fn show(k: &[u8]) -> String {
-    k.iter()
-        .flat_map(|&b| std::ascii::escape_default(b))
-        .map(char::from)
-        .collect()
-}
-
-/// The server's error line (`CODE detail`) behind a failed reply.
-fn err_text(e: &RedisError) -> String {
-    match (e.code(), e.detail()) {
-        (Some(code), Some(detail)) => format!("{code} {detail}"),
-        (Some(code), None) => code.to_string(),
-        _ => format!("(not a server error) {e}"),
-    }
-}
-
-/// Runs `args` and returns the error line; panics if the command succeeded.
-fn expect_err(con: &mut Connection, args: &[&str]) -> String {
-    match query::<Value>(con, args) {
-        Ok(v) => panic!("{args:?} succeeded with {v:?}, expected an error"),
-        Err(e) => err_text(&e),
     }
 }
 

@@ -49,14 +49,6 @@ impl Rng {
     }
 }
 
-/// Printable form of a binary key.
-fn show(k: &[u8]) -> String {
-    k.iter()
-        .flat_map(|&b| std::ascii::escape_default(b))
-        .map(char::from)
-        .collect()
-}
-
 fn show_all<'a>(keys: impl IntoIterator<Item = &'a Bytes>) -> String {
     let v: Vec<String> = keys.into_iter().take(12).map(|k| show(k)).collect();
     format!("[{}]", v.join(", "))

@@ -498,3 +498,28 @@ pub fn sorted<T: Ord + Clone>(v: &[T]) -> Vec<T> {
     v.sort();
     v
 }
+
+/// The server's error line (`CODE detail`) behind a failed reply.
+pub fn err_text(e: &redis::RedisError) -> String {
+    match (e.code(), e.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        (Some(code), None) => code.to_string(),
+        _ => format!("(not a server error) {e}"),
+    }
+}
+
+/// Runs `args` and returns the error line; panics if the command succeeded.
+pub fn expect_err(con: &mut Connection, args: &[&str]) -> String {
+    match query::<Value>(con, args) {
+        Ok(v) => panic!("{args:?} succeeded with {v:?}, expected an error"),
+        Err(e) => err_text(&e),
+    }
+}
+
+/// Printable form of a binary key or field.
+pub fn show(k: &[u8]) -> String {
+    k.iter()
+        .flat_map(|&b| std::ascii::escape_default(b))
+        .map(char::from)
+        .collect()
+}
