@@ -48,6 +48,11 @@ for page in $(seq 1 100000); do
     [[ $cursor == 0 ]] && break
 done
 echo "SNAPSHOT.SCAN MATCH user:7* returned $total keys (users 7, 70-79, 700-799, 7000-7999: 1,111 x 10 = 11,110 at the snapshot instant, though 4 were deleted meanwhile)"
+echo "== SNAPSHOT.HSCAN honours COUNT on a small (listpack) hash; native HSCAN returns it whole"
+cli CONFIG SET hash-max-listpack-entries 4096 >/dev/null
+python3 -c 'print("HSET profile " + " ".join(f"field:{i} value:{i}" for i in range(2000)))' | cli >/dev/null
+echo "HSCAN profile 0 COUNT 5 -> $(cli HSCAN profile 0 COUNT 5 | tail -n +2 | wc -l) elements in one reply"
+echo "SNAPSHOT.HSCAN profile 0 COUNT 5 -> $(cli SNAPSHOT.HSCAN profile 0 COUNT 5 | tail -n +2 | wc -l) elements (5 fields + values)"
 echo "== INFO snapshot"
 cli INFO snapshot | grep -E 'index_keys:|index_bytes_per_key|open_snapshots|scans_served:|workers:'
 echo "== done: the server stops now"
