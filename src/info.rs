@@ -60,7 +60,15 @@ fn fill(ctx: InfoCtx) {
     for (db, n) in sizes {
         field(ctx, &format!("index_keys_db{db}"), n as u64);
     }
+    // Measured, not estimated: what the module's allocator holds, less
+    // the hash copies (the rest is the tree, old versions kept alive by
+    // open snapshots, the log and the cursors). The structure-size estimate
+    // is used only where the counting allocator is not installed.
+    let heap = crate::alloc::heap_bytes();
+    let measured = heap.saturating_sub(crate::hash::bytes_held());
+    let mem = if heap == 0 { mem } else { measured };
     field(ctx, "index_memory_bytes", mem as u64);
+    field(ctx, "module_heap_bytes", heap as u64);
     field(
         ctx,
         "index_bytes_per_key",

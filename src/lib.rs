@@ -8,6 +8,8 @@
 // documents and upholds that contract, so functions taking them stay safe.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+#[cfg_attr(test, allow(dead_code))]
+mod alloc;
 pub mod backfill;
 pub mod commands;
 pub mod config;
@@ -98,7 +100,7 @@ mod module {
     redis_module! {
         name: "snapshot",
         version: 1,
-        allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
+        allocator: (crate::alloc::CountingAlloc, crate::alloc::CountingAlloc),
         data_types: [],
         init: init,
         deinit: deinit,
