@@ -15,8 +15,8 @@ const DEFAULT_COUNT: usize = 10;
 
 /// Where a call starts: a new snapshot, or an iteration's continuation.
 enum Start {
-    /// Cursor 0: the snapshot of `db` as of change `seq`, opened on the
-    /// worker (the main thread only records where it stands in the log).
+    /// Cursor 0: a snapshot request registered at the current end of the
+    /// index's log; the worker takes the snapshot cut exactly there.
     Open(Arc<OpenRequest>),
     Continue {
         snap: Arc<Snapshot>,
