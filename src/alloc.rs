@@ -27,6 +27,8 @@ unsafe impl GlobalAlloc for CountingAlloc {
         p
     }
 
+    // SAFETY: callers uphold GlobalAlloc::dealloc's contract, which is
+    // forwarded as is.
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: same contract as our caller's (ptr came from `alloc`).
         unsafe { RedisAlloc.dealloc(ptr, layout) };
