@@ -28,10 +28,15 @@ fn dispatch(
             ffi::string_bytes(unsafe { *argv.add(i) })
         })
         .collect();
+    ffi::blocked::take_blocked_flag();
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(ctx, &args)));
+    // A client blocked by the handler is answered by its BlockedReply only
+    // (also when the handler panicked after blocking it).
+    let blocked = ffi::blocked::take_blocked_flag();
     let r = Reply::new(ctx);
     match outcome {
         Ok(Ok(())) => {}
+        _ if blocked => {}
         Ok(Err(CmdError::WrongArity)) => r.wrong_arity(),
         Ok(Err(CmdError::Msg(m))) => r.error(&m),
         Err(_) => r.error("ERR snapscan: internal error (the request was not served)"),

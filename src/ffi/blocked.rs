@@ -17,6 +17,18 @@ pub struct BlockedReply {
 // we never share it, only move it.
 unsafe impl Send for BlockedReply {}
 
+thread_local! {
+    /// Set when the running command blocked its client: from then on only
+    /// the [`BlockedReply`] answers it (see `commands::dispatch`).
+    static BLOCKED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Clears and returns whether the command running on this thread blocked
+/// its client.
+pub fn take_blocked_flag() -> bool {
+    BLOCKED.with(|b| b.replace(false))
+}
+
 impl BlockedReply {
     /// Blocks the client of the command context `ctx`. `None` when the
     /// server cannot block it (the caller then answers synchronously).
@@ -24,7 +36,11 @@ impl BlockedReply {
         let f = api!(RedisModule_BlockClient)?;
         // SAFETY: ctx is the live command context; no callbacks, no timeout.
         let bc = unsafe { f(ctx, None, None, None, 0) };
-        (!bc.is_null()).then_some(BlockedReply { bc, replied: false })
+        if bc.is_null() {
+            return None;
+        }
+        BLOCKED.with(|b| b.set(true));
+        Some(BlockedReply { bc, replied: false })
     }
 
     fn with_reply(&mut self, write: impl FnOnce(&Reply)) {
