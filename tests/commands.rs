@@ -888,6 +888,8 @@ const INFO_FIELDS: &[&str] = &[
     "snapshot_index_keys",
     "snapshot_index_memory_bytes",
     "snapshot_index_bytes_per_key",
+    "snapshot_module_heap_bytes",
+    "snapshot_index_backlog",
     "snapshot_open_snapshots",
     "snapshot_retained_versions",
     "snapshot_cursors_evicted",
@@ -955,6 +957,14 @@ fn info_snapshot_fields_and_counters() {
     assert!(info_field(&info, "snapshot_index_keys_db1").is_none());
     assert!(get("snapshot_index_memory_bytes") > 0);
     assert!(get("snapshot_index_bytes_per_key") > 0);
+    // Measured by the allocator: at least the 127 keys' slots.
+    assert!(get("snapshot_module_heap_bytes") >= get("snapshot_index_memory_bytes"));
+    assert!(get("snapshot_index_memory_bytes") >= 127 * 32);
+    assert_eq!(
+        get("snapshot_index_backlog"),
+        0,
+        "INFO applies the log first"
+    );
     assert!(get("snapshot_events_applied") >= 127);
 
     // A known scan: 120 keys, COUNT 25 -> 5 calls, 1 snapshot, 120 keys returned.
