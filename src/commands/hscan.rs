@@ -90,7 +90,17 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
                 })
             })?;
         let (copy, pages) = (e.value.copy, e.pages);
-        respond(ctx, m, inline, db, key, copy, e.value.pos, pages, spec);
+        respond(
+            ctx,
+            m,
+            inline,
+            db,
+            key,
+            move |_| copy,
+            e.value.pos,
+            pages,
+            spec,
+        );
         return Ok(());
     }
 
@@ -110,7 +120,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     if let Some(copy) = m.watches.reusable(db, key) {
         if reuse_is_safe(ttl_guard(ctx, &name, db)) {
             m.watches.count_reuse();
-            respond(ctx, m, inline, db, key, copy, 0, 0, spec);
+            respond(ctx, m, inline, db, key, move |_| copy, 0, 0, spec);
             return Ok(());
         }
     }
@@ -152,7 +162,8 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
         }
     };
     if next == b"0" {
-        finish_and_respond(ctx, m, inline, db, key, builder, (version, epoch), spec);
+        let get_copy = finish(m, db, builder, (version, epoch));
+        respond(ctx, m, inline, db, key, get_copy, 0, 0, spec);
         return Ok(());
     }
     // A large hash: finish the copy on the main thread, one slice per turn
@@ -248,12 +259,11 @@ impl CopyTask {
             Ok(_) => {
                 // Sorting a big copy takes milliseconds: do it on a worker.
                 let builder = std::mem::replace(&mut p.builder, Builder::new(0));
-                let (version, epoch) = (p.version, p.epoch);
+                let get_copy = finish(m, db, builder, (p.version, p.epoch));
                 let key = self.key.clone();
                 let reply = self.reply.take();
                 let job = Box::new(move || {
-                    let copy = Arc::new(builder.finish());
-                    m.watches.end_copy(db, &key, Some((&copy, version, epoch)));
+                    let copy = get_copy(&key);
                     if let Some((bc, spec)) = reply {
                         let (next, items) = serve(m, db, &key, copy.clone(), 0, 0, &spec);
                         bc.reply(|r| write_page(r, next, Some(&copy), &items, spec.novalues));
@@ -366,49 +376,10 @@ fn copy_error(e: CopyError) -> Option<String> {
     }
 }
 
-/// Completes a copy made in one go (sorting it) and replies its first page:
-/// both on a worker when the client can be blocked, inline otherwise.
-#[allow(clippy::too_many_arguments)]
-fn finish_and_respond(
-    ctx: Ctx,
-    m: &'static Module,
-    inline: bool,
-    db: usize,
-    key: &[u8],
-    builder: Builder,
-    (version, epoch): (u64, u64),
-    spec: PageSpec,
-) {
-    let finish = move |key: &[u8]| {
-        let copy = Arc::new(builder.finish());
-        m.watches.end_copy(db, key, Some((&copy, version, epoch)));
-        copy
-    };
-    let blocked = if inline {
-        None
-    } else {
-        BlockedReply::block(ctx)
-    };
-    match blocked {
-        None => {
-            let copy = finish(key);
-            let (next, items) = serve(m, db, key, copy.clone(), 0, 0, &spec);
-            write_page(&Reply::new(ctx), next, Some(&copy), &items, spec.novalues);
-        }
-        Some(bc) => {
-            let key: Box<[u8]> = key.into();
-            let job = Box::new(move || {
-                let copy = finish(&key);
-                let (next, items) = serve(m, db, &key, copy.clone(), 0, 0, &spec);
-                bc.reply(|r| write_page(r, next, Some(&copy), &items, spec.novalues));
-            });
-            m.on_worker(job);
-        }
-    }
-}
-
-/// Replies one page: on a worker when the client can be blocked, inline
-/// otherwise (MULTI, Lua, functions).
+/// Replies one page of the copy `get_copy` yields: on a worker when the
+/// client can be blocked, inline otherwise (MULTI, Lua, functions).
+/// `get_copy` runs where the page is cut, so finishing a fresh copy (a
+/// sort) happens on the worker too.
 #[allow(clippy::too_many_arguments)]
 fn respond(
     ctx: Ctx,
@@ -416,29 +387,37 @@ fn respond(
     inline: bool,
     db: usize,
     key: &[u8],
-    copy: Arc<HashCopy>,
+    get_copy: impl FnOnce(&[u8]) -> Arc<HashCopy> + Send + 'static,
     pos: usize,
     pages: u64,
     spec: PageSpec,
 ) {
-    let blocked = if inline {
-        None
-    } else {
-        BlockedReply::block(ctx)
+    let page = move |key: &[u8], reply: &Reply| {
+        let copy = get_copy(key);
+        let (next, items) = serve(m, db, key, copy.clone(), pos, pages, &spec);
+        write_page(reply, next, Some(&copy), &items, spec.novalues);
     };
-    match blocked {
-        None => {
-            let (next, items) = serve(m, db, key, copy.clone(), pos, pages, &spec);
-            write_page(&Reply::new(ctx), next, Some(&copy), &items, spec.novalues);
-        }
+    match (!inline).then(|| BlockedReply::block(ctx)).flatten() {
+        None => page(key, &Reply::new(ctx)),
         Some(bc) => {
             let key: Box<[u8]> = key.into();
-            let job = Box::new(move || {
-                let (next, items) = serve(m, db, &key, copy.clone(), pos, pages, &spec);
-                bc.reply(|r| write_page(r, next, Some(&copy), &items, spec.novalues));
-            });
-            m.on_worker(job);
+            m.on_worker(Box::new(move || bc.reply(|r| page(&key, r))));
         }
+    }
+}
+
+/// A `get_copy` for [`respond`] that finishes a copy made in one go:
+/// sorts it and publishes it for sharing.
+fn finish(
+    m: &'static Module,
+    db: usize,
+    builder: Builder,
+    (version, epoch): (u64, u64),
+) -> impl FnOnce(&[u8]) -> Arc<HashCopy> + Send + 'static {
+    move |key: &[u8]| {
+        let copy = Arc::new(builder.finish());
+        m.watches.end_copy(db, key, Some((&copy, version, epoch)));
+        copy
     }
 }
 
