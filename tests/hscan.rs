@@ -35,22 +35,6 @@ const LIMIT_TAIL: &str = "bytes held); retry later or raise the limit";
 
 // ---------------------------------------------------------------- helpers
 
-/// SplitMix64: a small, seeded, deterministic generator.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
-
 fn unknown_cursor(c: &str) -> String {
     format!("ERR cursor {c} {UNKNOWN_TAIL}")
 }
@@ -324,8 +308,8 @@ fn reuse_expected(server: &Server, con: &mut Connection) -> bool {
 /// One write from another connection, chosen by `op`; errors (e.g. RENAME of
 /// a key that is gone) are ignored. Returns whether it succeeded.
 fn mutate(w: &mut Connection, rng: &mut Rng, op: usize, n: usize) -> bool {
-    let f = fld(rng.below(n));
-    let g = fld(rng.below(n));
+    let f = fld(rng.below(n as u64) as usize);
+    let g = fld(rng.below(n as u64) as usize);
     let tag = format!("w{op}");
     let args: Vec<String> = match op {
         25 => vec!["DEL".into(), "h".into()],
@@ -664,9 +648,9 @@ fn sliced_copy_under_a_hammering_writer() {
                     }
                     let value = format!("{attempt}-{i}").into_bytes();
                     let op: Op = match i % 10 {
-                        0 => (fld(rng.below(N)).into_bytes(), None),
+                        0 => (fld(rng.below(N as u64) as usize).into_bytes(), None),
                         1..=4 => (format!("w{attempt}-{i}").into_bytes(), Some(value)),
-                        _ => (fld(rng.below(N)).into_bytes(), Some(value)),
+                        _ => (fld(rng.below(N as u64) as usize).into_bytes(), Some(value)),
                     };
                     let r: RedisResult<i64> = match &op {
                         (f, None) => redis::cmd("HDEL").arg("h").arg(f).query(&mut wc),
