@@ -4,18 +4,32 @@
 //! priority (`nice`) so that on a small machine the server's main thread wins
 //! the CPU when both want it.
 //!
-//! Locking: `submit` takes the sender mutex for a channel push; workers share
-//! one receiver behind a mutex (held only while waiting for the next job).
+//! Locking: one mutex guards the job queue; `submit` holds it for a push and
+//! signals the condition variable only when a worker is idle, so a busy pool
+//! costs the submitter no system call. Workers hold the mutex only to pop.
+//! The counters read by `INFO` are atomics and take no lock.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex};
+use std::any::Any;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 pub type Job = Box<dyn FnOnce() + Send + 'static>;
 
+/// How long an idle worker waits before it checks whether it should retire.
+const IDLE_CHECK: Duration = Duration::from_millis(100);
+
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<Job>,
+    /// Workers waiting on the condition variable.
+    idle: usize,
+}
+
 struct Shared {
-    rx: Mutex<Receiver<Job>>,
+    queue: Mutex<Queue>,
+    ready: Condvar,
     /// Desired number of threads; surplus threads retire when idle.
     target: AtomicUsize,
     /// Threads ever started (names only).
@@ -27,20 +41,24 @@ struct Shared {
     nice: AtomicUsize,
 }
 
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// A resizable pool of named worker threads.
 pub struct Pool {
-    tx: Mutex<Sender<Job>>,
     shared: Arc<Shared>,
     name: &'static str,
 }
 
 impl Pool {
     pub fn new(name: &'static str, threads: usize, nice: usize) -> Self {
-        let (tx, rx) = channel();
         let pool = Pool {
-            tx: Mutex::new(tx),
             shared: Arc::new(Shared {
-                rx: Mutex::new(rx),
+                queue: Mutex::new(Queue::default()),
+                ready: Condvar::new(),
                 target: AtomicUsize::new(0),
                 started: AtomicUsize::new(0),
                 alive: AtomicUsize::new(0),
@@ -83,6 +101,8 @@ impl Pool {
                 break;
             }
         }
+        // Wake idle threads so that surplus ones retire promptly.
+        self.shared.ready.notify_all();
     }
 
     pub fn set_nice(&self, nice: usize) {
@@ -90,16 +110,24 @@ impl Pool {
     }
 
     /// Queues a job. Returns it back if the pool cannot take it (no threads).
+    ///
+    /// Locking: holds the queue mutex for the push; wakes one thread only if
+    /// one is idle (a system call), otherwise a busy thread picks the job up
+    /// when it finishes its current one.
     pub fn submit(&self, job: Job) -> Result<(), Job> {
         if self.shared.alive.load(Ordering::SeqCst) == 0 {
             return Err(job);
         }
         self.shared.queued.fetch_add(1, Ordering::SeqCst);
-        let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-        tx.send(job).map_err(|e| {
-            self.shared.queued.fetch_sub(1, Ordering::SeqCst);
-            e.0
-        })
+        let wake = {
+            let mut q = self.shared.lock();
+            q.jobs.push_back(job);
+            q.idle > 0
+        };
+        if wake {
+            self.shared.ready.notify_one();
+        }
+        Ok(())
     }
 
     /// Jobs waiting for a thread.
@@ -145,55 +173,148 @@ fn retire_if_surplus(shared: &Shared) -> bool {
     }
 }
 
+/// The next job, or None after `IDLE_CHECK` without one.
+fn next_job(shared: &Shared) -> Option<Job> {
+    let mut q = shared.lock();
+    if q.jobs.is_empty() {
+        q.idle += 1;
+        let (guard, _) = shared
+            .ready
+            .wait_timeout_while(q, IDLE_CHECK, |q| q.jobs.is_empty())
+            .unwrap_or_else(|e| e.into_inner());
+        q = guard;
+        q.idle -= 1;
+    }
+    q.jobs.pop_front()
+}
+
 fn worker(shared: Arc<Shared>) {
     let mut nice = shared.nice.load(Ordering::SeqCst);
     set_thread_nice(nice);
     loop {
         if retire_if_surplus(&shared) {
-            return;
+            break;
         }
-        let next = {
-            let rx = shared.rx.lock().unwrap_or_else(|e| e.into_inner());
-            rx.recv_timeout(Duration::from_millis(100))
+        let Some(job) = next_job(&shared) else {
+            continue;
         };
-        match next {
-            Ok(job) => {
-                shared.queued.fetch_sub(1, Ordering::SeqCst);
-                shared.busy.fetch_add(1, Ordering::SeqCst);
-                let want = shared.nice.load(Ordering::SeqCst);
-                if want != nice {
-                    nice = want;
-                    set_thread_nice(nice);
-                }
-                // A panicking job must not take the thread down; jobs own
-                // their reply guards, which answer the client on unwind.
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
-                shared.busy.fetch_sub(1, Ordering::SeqCst);
-            }
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => break,
+        shared.queued.fetch_sub(1, Ordering::SeqCst);
+        shared.busy.fetch_add(1, Ordering::SeqCst);
+        let want = shared.nice.load(Ordering::SeqCst);
+        if want != nice {
+            nice = want;
+            set_thread_nice(nice);
         }
+        // A panicking job must not take the thread down; jobs own
+        // their reply guards, which answer the client on unwind.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+        shared.busy.fetch_sub(1, Ordering::SeqCst);
     }
-    shared.alive.fetch_sub(1, Ordering::SeqCst);
+    // A retiring thread may have been the one woken for a job: pass the
+    // signal on so that the job is not left waiting for the idle timeout.
+    shared.ready.notify_one();
 }
 
 /// Drops large values (old index maps, snapshots) on a background thread so
 /// that freeing millions of nodes never runs on the server's main thread.
+///
+/// Values are collected and dropped in batches: `dispose` is a push under a
+/// mutex; the first value wakes the thread, which then gathers for up to
+/// `SWEEP` (less once `WAKE_AT` values wait) and drops the batch. Abandoned
+/// cursors therefore cost at most one wake-up per `SWEEP`, not one each, and
+/// memory is returned within about `SWEEP`.
 pub struct Reaper {
-    pool: Pool,
+    shared: Arc<ReaperShared>,
+}
+
+struct ReaperShared {
+    garbage: Mutex<Vec<Box<dyn Any + Send>>>,
+    ready: Condvar,
+    running: AtomicBool,
+}
+
+/// Values waiting before `dispose` wakes the thread.
+const WAKE_AT: usize = 256;
+/// The longest a disposed value waits to be dropped.
+const SWEEP: Duration = Duration::from_millis(10);
+
+impl ReaperShared {
+    fn lock(&self) -> MutexGuard<'_, Vec<Box<dyn Any + Send>>> {
+        self.garbage.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl Reaper {
     pub fn new() -> Self {
-        Reaper {
-            pool: Pool::new("snapscan-reaper", 1, 19),
+        let shared = Arc::new(ReaperShared {
+            garbage: Mutex::new(Vec::new()),
+            ready: Condvar::new(),
+            running: AtomicBool::new(true),
+        });
+        let s = Arc::clone(&shared);
+        let spawned = std::thread::Builder::new()
+            .name("snapscan-reaper".into())
+            .spawn(move || reap(s));
+        if spawned.is_err() {
+            shared.running.store(false, Ordering::SeqCst);
         }
+        Reaper { shared }
     }
 
+    /// Hands `value` to the reaper thread, which drops it within `SWEEP`
+    /// (at once if the thread could not be started).
+    ///
+    /// Locking: holds the garbage mutex for a push.
     pub fn dispose<T: Send + 'static>(&self, value: T) {
-        if let Err(job) = self.pool.submit(Box::new(move || drop(value))) {
-            job();
+        if !self.shared.running.load(Ordering::SeqCst) {
+            drop(value);
+            return;
         }
+        let wake = {
+            let mut g = self.shared.lock();
+            g.push(Box::new(value));
+            // The first value wakes the sleeping thread, which then waits up
+            // to SWEEP for more; a full batch cuts that wait short.
+            g.len() == 1 || g.len() == WAKE_AT
+        };
+        if wake {
+            self.shared.ready.notify_one();
+        }
+    }
+}
+
+fn reap(shared: Arc<ReaperShared>) {
+    set_thread_nice(19);
+    loop {
+        let batch = {
+            let g = shared.lock();
+            // Sleep until the first value arrives, then let a batch gather.
+            let g = shared
+                .ready
+                .wait_while(g, |g| g.is_empty() && shared.running.load(Ordering::SeqCst))
+                .unwrap_or_else(|e| e.into_inner());
+            let (mut g, _) = shared
+                .ready
+                .wait_timeout_while(g, SWEEP, |g| {
+                    g.len() < WAKE_AT && shared.running.load(Ordering::SeqCst)
+                })
+                .unwrap_or_else(|e| e.into_inner());
+            std::mem::take(&mut *g)
+        };
+        let done = batch.is_empty() && !shared.running.load(Ordering::SeqCst);
+        // A panicking destructor must not end the thread.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(batch)));
+        if done {
+            return;
+        }
+    }
+}
+
+impl Drop for Reaper {
+    /// Stops the thread after it has dropped what is left.
+    fn drop(&mut self) {
+        self.shared.running.store(false, Ordering::SeqCst);
+        self.shared.ready.notify_all();
     }
 }
 
@@ -260,5 +381,79 @@ mod tests {
             assert_eq!(pool.threads(), 3, "round {round}");
             pool.resize(4);
         }
+    }
+
+    struct Counted(Arc<AtomicUsize>);
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn wait_for(what: &AtomicUsize, want: usize) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while what.load(Ordering::SeqCst) != want && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(what.load(Ordering::SeqCst), want);
+    }
+
+    #[test]
+    fn reaper_drops_single_values_and_batches() {
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let reaper = Reaper::new();
+        reaper.dispose(Counted(Arc::clone(&dropped)));
+        wait_for(&dropped, 1);
+        for _ in 0..(3 * WAKE_AT + 7) {
+            reaper.dispose(Counted(Arc::clone(&dropped)));
+        }
+        wait_for(&dropped, 3 * WAKE_AT + 8);
+        // Idle again: a later value is still dropped.
+        reaper.dispose(Counted(Arc::clone(&dropped)));
+        wait_for(&dropped, 3 * WAKE_AT + 9);
+    }
+
+    #[test]
+    fn dropping_the_reaper_drops_what_it_holds() {
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let reaper = Reaper::new();
+        for _ in 0..10 {
+            reaper.dispose(Counted(Arc::clone(&dropped)));
+        }
+        drop(reaper);
+        wait_for(&dropped, 10);
+    }
+
+    #[test]
+    fn an_idle_pool_wakes_for_a_job_and_a_busy_one_drains_its_queue() {
+        let pool = Pool::new("w", 1, 0);
+        let (tx, rx) = channel();
+        // Let the thread go idle, then submit: it must be woken.
+        std::thread::sleep(Duration::from_millis(20));
+        let t = tx.clone();
+        pool.submit(Box::new(move || t.send(0).unwrap()))
+            .ok()
+            .expect("submitted");
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok(0));
+        // Many jobs queued behind a slow one all run.
+        let (gate_tx, gate_rx) = channel::<()>();
+        pool.submit(Box::new(move || {
+            gate_rx.recv_timeout(Duration::from_secs(5)).ok();
+        }))
+        .ok()
+        .expect("submitted");
+        for i in 1..=100 {
+            let t = tx.clone();
+            pool.submit(Box::new(move || t.send(i).unwrap()))
+                .ok()
+                .expect("submitted");
+        }
+        assert!(pool.queued() >= 100);
+        gate_tx.send(()).unwrap();
+        let got: Vec<i32> = (1..=100)
+            .map(|_| rx.recv_timeout(Duration::from_secs(5)).expect("job ran"))
+            .collect();
+        assert_eq!(got, (1..=100).collect::<Vec<_>>());
+        wait_for(&pool.shared.queued, 0);
     }
 }
