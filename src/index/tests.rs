@@ -217,7 +217,7 @@ proptest! {
             let want_keys: Vec<Vec<u8>> = want.keys().cloned().collect();
             prop_assert_eq!(keys, want_keys);
             for (k, t) in want {
-                prop_assert_eq!(snap.map.get(&k[..]).map(|mm| mm.type_id()), Some(*t));
+                prop_assert_eq!(snap.map.get(&Key::new(&k[..])).map(|mm| mm.type_id()), Some(*t));
             }
         }
         prop_assert_eq!(ks.len(0), model.len());

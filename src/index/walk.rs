@@ -34,10 +34,14 @@ pub struct Page {
 pub fn walk(map: &KeyMap, at_ms: i64, after: Option<&Key>, spec: &ScanSpec) -> Page {
     let prefix: &[u8] = spec.pattern.as_ref().map_or(&[], |p| p.prefix());
     let check_glob = spec.pattern.as_ref().filter(|p| !p.matches_all());
-    let lower: Bound<&[u8]> = match after {
-        Some(k) if k.as_bytes() >= prefix => Bound::Excluded(k.as_bytes()),
+    let prefix_key;
+    let lower: Bound<&Key> = match after {
+        Some(k) if k.as_bytes() >= prefix => Bound::Excluded(k),
         _ if prefix.is_empty() => Bound::Unbounded,
-        _ => Bound::Included(prefix),
+        _ => {
+            prefix_key = Key::new(prefix);
+            Bound::Included(&prefix_key)
+        }
     };
     let count = spec.count.max(1);
     let budget = spec.budget.max(1);
@@ -46,7 +50,7 @@ pub fn walk(map: &KeyMap, at_ms: i64, after: Option<&Key>, spec: &ScanSpec) -> P
     // An empty prefix needs no check at all (and glibc's memcmp on an empty
     // slice is not free).
     let mut iter = map
-        .range::<_, [u8]>((lower, Bound::Unbounded))
+        .range_from(lower)
         .take_while(|(k, _)| prefix.is_empty() || k.as_bytes().starts_with(prefix))
         .peekable();
     while let Some((k, m)) = iter.next() {
