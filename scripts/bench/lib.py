@@ -8,6 +8,7 @@ scripts/bench.sh can shut it down even if Python dies. Every wait is bounded.
 import json
 import os
 import re
+import resource
 import signal
 import socket
 import statistics
@@ -374,7 +375,10 @@ def redis_benchmark(port, args, timeout=600):
     """
     cmd = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "--precision", "3"] + \
         [str(a) for a in args]
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    client_cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
     text = out.stdout.replace("\r", "\n")
     if out.returncode != 0 or "Error from server" in text + out.stderr:
         bad = [l for l in (text + out.stderr).splitlines() if "rror" in l][:3]
@@ -400,6 +404,8 @@ def redis_benchmark(port, args, timeout=600):
                 st["p999"] = float(m.group(2))
                 break
         if "rps" in st:
+            # CPU seconds of the load generator (the whole run: all its tests).
+            st["client_cpu_s"] = client_cpu
             res[name] = st
     if not res:
         raise RuntimeError(f"cannot parse redis-benchmark output: {text[-500:]}")

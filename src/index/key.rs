@@ -85,27 +85,26 @@ impl PartialOrd for Key {
         Some(self.cmp(other))
     }
 }
-/// Big-endian word of an inline buffer (zero-padded past the key's length).
+/// The inline buffer as three big-endian words (the last zero-padded):
+/// fixed-size loads and byte swaps, no branches and no memcpy.
 #[inline]
-fn word(buf: &[u8; INLINE_CAP], at: usize) -> u64 {
-    let mut w = [0u8; 8];
-    let end = (at + 8).min(INLINE_CAP);
-    w[..end - at].copy_from_slice(&buf[at..end]);
-    u64::from_be_bytes(w)
+fn words(buf: &[u8; INLINE_CAP]) -> (u128, u64) {
+    let head = u128::from_be_bytes(buf[..16].try_into().expect("16 of 22 bytes"));
+    let tail = u64::from_be_bytes(buf[INLINE_CAP - 8..].try_into().expect("8 of 22 bytes"));
+    // Bytes 16..22 of the buffer, then two zero bytes.
+    (head, tail << 16)
 }
 
 impl Ord for Key {
-    /// Byte order. Two inline keys compare as three big-endian words of
-    /// their zero-padded buffers, then by length (equal padded buffers mean
+    /// Byte order. Two inline keys compare as big-endian words of their
+    /// zero-padded buffers, then by length (equal padded buffers mean
     /// one key is the other followed by zero bytes): no call to memcmp on
     /// the hot path of every index lookup.
     fn cmp(&self, other: &Self) -> Ordering {
         match (&self.0, &other.0) {
-            (Repr::Inline { len: la, buf: a }, Repr::Inline { len: lb, buf: b }) => word(a, 0)
-                .cmp(&word(b, 0))
-                .then_with(|| word(a, 8).cmp(&word(b, 8)))
-                .then_with(|| word(a, 16).cmp(&word(b, 16)))
-                .then_with(|| la.cmp(lb)),
+            (Repr::Inline { len: la, buf: a }, Repr::Inline { len: lb, buf: b }) => {
+                words(a).cmp(&words(b)).then_with(|| la.cmp(lb))
+            }
             _ => self.as_bytes().cmp(other.as_bytes()),
         }
     }
