@@ -167,6 +167,10 @@ impl KeyMap {
                     self.root = None;
                     break;
                 }
+                Some(Node::Branch(b)) if b.children.is_empty() => {
+                    self.root = None;
+                    break;
+                }
                 _ => break,
             }
         }
@@ -240,6 +244,7 @@ impl KeyMap {
                     e.len()
                 }
                 Node::Branch(b) => {
+                    assert!(!b.children.is_empty(), "empty branch");
                     assert_eq!(b.keys.len() + 1, b.children.len());
                     assert!(b.keys.windows(2).all(|w| w[0] < w[1]));
                     let mut total = 0;
@@ -432,11 +437,19 @@ fn remove(node: &mut Arc<Node>, key: &Key) -> Option<(Key, Meta)> {
             let ci = b.child_for(key);
             let removed = remove(&mut b.children[ci], key)?;
             if b.children[ci].len() == 0 {
+                // An empty child goes with a separator, if it has one (a
+                // branch may have a single child after an ascending split;
+                // emptied, it is removed by its own parent in turn).
                 b.children.remove(ci);
-                b.keys.remove(ci.saturating_sub(1));
-            } else if b.children[ci].underfull() && b.children.len() > 1 {
-                let left = if ci > 0 { ci - 1 } else { ci };
-                merge_if_fits(b, left);
+                if !b.keys.is_empty() {
+                    b.keys.remove(ci.saturating_sub(1));
+                }
+            } else if b.children[ci].underfull() {
+                // Merge with the left neighbour, else the right one.
+                let merged = ci > 0 && merge_if_fits(b, ci - 1);
+                if !merged && ci + 1 < b.children.len() {
+                    merge_if_fits(b, ci);
+                }
             }
             Some(removed)
         }
@@ -629,6 +642,77 @@ mod tests {
         assert!(t.is_empty());
         assert!(t.root.is_none());
         assert_eq!(t.iter().count(), 0);
+    }
+
+    /// Enough keys for full branches (62 × 62 leaves' worth and more), in
+    /// ascending order, which makes single-child branches at every split.
+    fn ascending(n: u32) -> (KeyMap, Vec<Key>) {
+        let keys: Vec<Key> = (0..n)
+            .map(|i| Key::new(format!("k{i:08}").as_bytes()))
+            .collect();
+        let mut t = KeyMap::new();
+        for k in &keys {
+            t.insert(k.clone(), m(0));
+        }
+        t.check();
+        (t, keys)
+    }
+
+    #[rstest]
+    #[case::last_after_a_branch_split(LEAF_CAP as u32 * BRANCH_CAP as u32 + 1, "last")]
+    #[case::ascending(3 * (LEAF_CAP * BRANCH_CAP) as u32, "ascending")]
+    #[case::descending(3 * (LEAF_CAP * BRANCH_CAP) as u32, "descending")]
+    #[case::second_branch(3 * (LEAF_CAP * BRANCH_CAP) as u32, "second_branch")]
+    #[case::strided(3 * (LEAF_CAP * BRANCH_CAP) as u32, "strided")]
+    fn removals_from_large_trees(#[case] n: u32, #[case] how: &str) {
+        let (mut t, keys) = ascending(n);
+        let snap = t.clone();
+        let order: Vec<&Key> = match how {
+            "last" => vec![&keys[keys.len() - 1]],
+            "ascending" => keys.iter().collect(),
+            "descending" => keys.iter().rev().collect(),
+            "second_branch" => keys[LEAF_CAP * BRANCH_CAP..2 * LEAF_CAP * BRANCH_CAP]
+                .iter()
+                .collect(),
+            _ => keys
+                .iter()
+                .step_by(3)
+                .chain(keys.iter().skip(1).step_by(3))
+                .collect(),
+        };
+        for (j, k) in order.iter().enumerate() {
+            assert!(t.remove(k).is_some(), "{how}: remove #{j}");
+            if j % 1009 == 0 {
+                t.check();
+            }
+        }
+        t.check();
+        assert_eq!(t.len(), keys.len() - order.len());
+        // Whatever is left stays reachable and no sparse leaves linger.
+        assert_eq!(t.iter().count(), t.len());
+        if t.len() > 4 * LEAF_CAP {
+            let (leaves, fill) = t.leaf_fill();
+            assert!(fill > 0.2, "{how}: fill {fill:.2} over {leaves} leaves");
+        }
+        // The same keys can be inserted again.
+        for k in &order {
+            t.insert((*k).clone(), m(1));
+        }
+        t.check();
+        assert_eq!(t.len(), keys.len());
+        snap.check();
+        assert_eq!(snap.len(), keys.len());
+    }
+
+    #[test]
+    fn few_keys_left_after_descending_removals_share_leaves() {
+        let (mut t, keys) = ascending(20_000);
+        for k in keys[50..].iter().rev() {
+            t.remove(k);
+        }
+        t.check();
+        let (leaves, _) = t.leaf_fill();
+        assert!(leaves <= 4, "50 keys over {leaves} leaves");
     }
 
     #[derive(Debug, Clone)]
