@@ -16,6 +16,11 @@ pub static IDLE_TIMEOUT: AtomicI64 = AtomicI64::new(60);
 pub static MAX_OPEN: AtomicI64 = AtomicI64::new(1024);
 /// `snapshot.scan-budget`: index entries one call may examine at most.
 pub static SCAN_BUDGET: AtomicI64 = AtomicI64::new(100_000);
+/// `snapshot.inline-entries`: a page that needs at most this many index
+/// entries (and a snapshot that is ready) is served on the main thread:
+/// handing it to a worker and back costs the main thread more than the walk.
+/// 0 hands every page to a worker.
+pub static INLINE_ENTRIES: AtomicI64 = AtomicI64::new(256);
 /// `snapshot.backfill-batch`: keys indexed per slice (one per turn of the
 /// event loop) while building the index after MODULE LOAD.
 pub static BACKFILL_BATCH: AtomicI64 = AtomicI64::new(1000);

@@ -100,6 +100,11 @@ fn fill(ctx: InfoCtx) {
     );
     field(
         ctx,
+        "scans_served_small",
+        st.scans_small.load(Ordering::Relaxed),
+    );
+    field(
+        ctx,
         "snapshots_opened",
         st.snapshots_opened.load(Ordering::Relaxed),
     );

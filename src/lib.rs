@@ -112,6 +112,7 @@ mod module {
                 ["cursor-idle-timeout", &config::IDLE_TIMEOUT, 60, 1, 86_400, ConfigurationFlags::DEFAULT, None],
                 ["max-open-cursors", &config::MAX_OPEN, 1024, 1, 1_000_000, ConfigurationFlags::DEFAULT, None],
                 ["scan-budget", &config::SCAN_BUDGET, 100_000, 100, 1_000_000_000, ConfigurationFlags::DEFAULT, None],
+                ["inline-entries", &config::INLINE_ENTRIES, 256, 0, 100_000, ConfigurationFlags::DEFAULT, None],
                 ["backfill-batch", &config::BACKFILL_BATCH, 1000, 1, 1_000_000, ConfigurationFlags::DEFAULT, None],
                 ["hash-copy-batch", &config::HASH_COPY_BATCH, 1000, 1, 1_000_000, ConfigurationFlags::DEFAULT, None],
                 ["hash-memory-limit", &config::HASH_MEMORY_LIMIT, 268_435_456, 1024, i64::MAX, ConfigurationFlags::MEMORY, None],

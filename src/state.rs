@@ -33,6 +33,8 @@ pub struct Stats {
     pub events: AtomicU64,
     pub scans: AtomicU64,
     pub scans_sync: AtomicU64,
+    /// Small pages answered on the main thread without a worker hand-off.
+    pub scans_small: AtomicU64,
     pub snapshots_opened: AtomicU64,
     pub keys_returned: AtomicU64,
     pub entries_examined: AtomicU64,
@@ -77,6 +79,14 @@ impl Module {
     pub fn snapshot(&self, req: &OpenRequest) -> Arc<Snapshot> {
         self.live
             .take(req, &|maps: Vec<KeyMap>| self.reaper.dispose(maps))
+    }
+
+    /// The snapshot of a request if it can be had without waiting (see
+    /// [`Live::try_take`]); main thread.
+    pub fn try_snapshot(&self, req: &OpenRequest, max_apply: usize) -> Option<Arc<Snapshot>> {
+        self.live.try_take(req, max_apply, &|maps: Vec<KeyMap>| {
+            self.reaper.dispose(maps)
+        })
     }
 
     /// The index with every recorded change applied.

@@ -658,6 +658,7 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("snapshot.max-open-cursors", "1024"),
     ("snapshot.scan-budget", "100000"),
     ("snapshot.backfill-batch", "1000"),
+    ("snapshot.inline-entries", "256"),
 ];
 
 #[test]
@@ -709,6 +710,10 @@ fn configs_have_their_defaults() {
 #[case("scan-budget", "99", false)]
 #[case("backfill-batch", "1", true)]
 #[case("backfill-batch", "0", false)]
+#[case("inline-entries", "0", true)]
+#[case("inline-entries", "100000", true)]
+#[case("inline-entries", "100001", false)]
+#[case("inline-entries", "-1", false)]
 fn config_set_accepts_valid_and_rejects_out_of_range(
     #[case] name: &str,
     #[case] value: &str,
@@ -731,6 +736,79 @@ fn config_set_accepts_valid_and_rejects_out_of_range(
     // The module keeps serving either way.
     fill(&mut con, "k", 3);
     assert_eq!(full_scan(&mut con, "SNAPSHOT.SCAN", &[]).len(), 3);
+}
+
+/// Small pages are answered on the main thread, every other page by a
+/// worker, and both give the same iteration.
+#[rstest]
+// COUNT within the limit, every page complete in few entries: all small.
+#[case::small_pages(&["COUNT", "7"], "256", Some(true))]
+// COUNT above the limit: all on workers.
+#[case::count_above_the_limit(&["COUNT", "300"], "256", Some(false))]
+// A sparse MATCH needs more entries than the limit for its COUNT: workers.
+#[case::sparse_match(&["MATCH", "*7*7*", "COUNT", "5"], "16", Some(false))]
+// The limit at 0 hands everything to workers.
+#[case::limit_zero(&["COUNT", "7"], "0", Some(false))]
+// TYPE filters count their entries too; whatever path, same keys.
+#[case::type_filter(&["TYPE", "string", "COUNT", "20"], "256", None)]
+fn small_pages_are_served_inline_and_match_worker_pages(
+    #[case] opts: &[&str],
+    #[case] limit: &str,
+    #[case] all_small: Option<bool>,
+) {
+    let server = Server::start();
+    let mut con = server.client();
+    let keys = fill(&mut con, "k", 600);
+    config_set(&mut con, "snapshot.inline-entries", "0").unwrap();
+    let on_workers = to_strings(full_scan(&mut con, "SNAPSHOT.SCAN", opts));
+    config_set(&mut con, "snapshot.inline-entries", limit).unwrap();
+    let small0 = info_u64(&mut con, "snapshot_scans_served_small");
+    let served0 = info_u64(&mut con, "snapshot_scans_served");
+    let got = to_strings(full_scan(&mut con, "SNAPSHOT.SCAN", opts));
+    assert_eq!(got, on_workers);
+    if !opts.contains(&"MATCH") {
+        assert_eq!(got, keys);
+    }
+    let small = info_u64(&mut con, "snapshot_scans_served_small") - small0;
+    let served = info_u64(&mut con, "snapshot_scans_served") - served0;
+    match all_small {
+        // Cursor 0 may find the indexer busy and go to a worker.
+        Some(true) => assert!(small + 1 >= served && small > 0, "{small} of {served}"),
+        Some(false) => assert_eq!(small, 0, "{served} calls"),
+        None => {}
+    }
+    // The inline path registers cursors like the worker path: single use.
+    let (c, _) = page(&mut con, "0", &["COUNT", "3"]);
+    page(&mut con, &c, &["COUNT", "3"]);
+    assert!(
+        try_page(&mut con, &c, &["COUNT", "3"]).is_err(),
+        "cursor reused"
+    );
+}
+
+#[test]
+fn small_hash_pages_are_served_inline_and_match_worker_pages() {
+    let server = Server::start();
+    let mut con = server.client();
+    let mut p = redis::pipe();
+    for i in 0..3000 {
+        p.cmd("HSET")
+            .arg("h")
+            .arg(format!("f{i:05}"))
+            .arg(i)
+            .ignore();
+    }
+    let _: () = p.query(&mut con).unwrap();
+    config_set(&mut con, "snapshot.inline-entries", "0").unwrap();
+    let on_workers: Vec<Vec<u8>> = full_hscan(&mut con, "SNAPSHOT.HSCAN", "h", &["COUNT", "100"]);
+    config_set(&mut con, "snapshot.inline-entries", "256").unwrap();
+    let small0 = info_u64(&mut con, "snapshot_scans_served_small");
+    let got: Vec<Vec<u8>> = full_hscan(&mut con, "SNAPSHOT.HSCAN", "h", &["COUNT", "100"]);
+    assert_eq!(got, on_workers);
+    assert_eq!(got.len(), 6000, "3000 fields and their values");
+    // The first page makes the copy (worker); the other 29 are small.
+    let small = info_u64(&mut con, "snapshot_scans_served_small") - small0;
+    assert!(small >= 29, "{small} small pages");
 }
 
 #[test]
@@ -898,6 +976,7 @@ const INFO_FIELDS: &[&str] = &[
     "snapshot_index_changes",
     "snapshot_scans_served",
     "snapshot_scans_served_inline",
+    "snapshot_scans_served_small",
     "snapshot_snapshots_opened",
     "snapshot_keys_returned",
     "snapshot_entries_examined",

@@ -6,7 +6,7 @@ use crate::ffi::hashcopy::{self, CopyError};
 use crate::ffi::thread_ctx::Detached;
 use crate::ffi::{self, blocked::BlockedReply, keys, mainloop, reply::Reply, Ctx};
 use crate::glob::Pattern;
-use crate::hash::{self, Builder, HashCopy};
+use crate::hash::{self, Builder, HashCopy, HashPage};
 use crate::index::meta::HASH;
 use crate::state::{self, HashCursor, Module};
 use std::sync::atomic::Ordering;
@@ -90,6 +90,12 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
                 })
             })?;
         let (copy, pages) = (e.value.copy, e.pages);
+        if !inline {
+            if let Some((next, items)) = small_page(m, db, key, &copy, e.value.pos, pages, &spec) {
+                write_page(&Reply::new(ctx), next, Some(&copy), &items, spec.novalues);
+                return Ok(());
+            }
+        }
         respond(
             ctx,
             m,
@@ -120,6 +126,12 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     if let Some(copy) = m.watches.reusable(db, key) {
         if reuse_is_safe(ttl_guard(ctx, &name, db)) {
             m.watches.count_reuse();
+            if !inline {
+                if let Some((next, items)) = small_page(m, db, key, &copy, 0, 0, &spec) {
+                    write_page(&Reply::new(ctx), next, Some(&copy), &items, spec.novalues);
+                    return Ok(());
+                }
+            }
             respond(ctx, m, inline, db, key, move |_| copy, 0, 0, spec);
             return Ok(());
         }
@@ -432,6 +444,50 @@ fn serve(
     spec: &PageSpec,
 ) -> (u64, Vec<usize>) {
     let page = copy.page(pos, spec.pattern.as_ref(), spec.count, spec.budget);
+    register(m, db, key, copy, page, pages)
+}
+
+/// A page of a copy in hand, cut on the main thread if it is small: COUNT
+/// and the fields it examines within `snapshot.inline-entries` (a worker
+/// hand-off would cost the main thread more). `None`: hand it off.
+fn small_page(
+    m: &Module,
+    db: usize,
+    key: &[u8],
+    copy: &Arc<HashCopy>,
+    pos: usize,
+    pages: u64,
+    spec: &PageSpec,
+) -> Option<(u64, Vec<usize>)> {
+    let limit = config::get(&config::INLINE_ENTRIES);
+    if spec.count > limit {
+        return None;
+    }
+    let page = copy.page(
+        pos,
+        spec.pattern.as_ref(),
+        spec.count,
+        spec.budget.min(limit),
+    );
+    let complete =
+        page.next.is_none() || page.items.len() >= spec.count || page.examined >= spec.budget;
+    if !complete {
+        return None;
+    }
+    Module::bump(&m.stats.scans_small, 1);
+    Some(register(m, db, key, copy.clone(), page, pages))
+}
+
+/// Registers the continuation of a page; returns the next cursor (0 when
+/// the iteration is complete) and the page's fields.
+fn register(
+    m: &Module,
+    db: usize,
+    key: &[u8],
+    copy: Arc<HashCopy>,
+    page: HashPage,
+    pages: u64,
+) -> (u64, Vec<usize>) {
     let next = match page.next {
         None => 0,
         Some(pos) => {

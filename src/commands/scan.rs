@@ -6,30 +6,33 @@ use crate::config;
 use crate::ffi::{self, blocked::BlockedReply, reply::Reply, Ctx};
 use crate::glob::Pattern;
 use crate::index::live::OpenRequest;
-use crate::index::walk::{walk, ScanSpec};
+use crate::index::walk::{walk, Page, ScanSpec};
 use crate::index::{Key, Snapshot};
 use crate::state::{self, Module, ScanCursor};
 use std::sync::Arc;
 
 const DEFAULT_COUNT: usize = 10;
 
-/// Where a call starts: a new snapshot, or an iteration's continuation.
+/// Where a call starts: a new snapshot, or a position in one.
 enum Start {
     /// Cursor 0: a snapshot request registered at the current end of the
-    /// index's log; the worker takes the snapshot cut exactly there.
+    /// index's log; whoever serves it takes the snapshot cut exactly there.
     Open(Arc<OpenRequest>),
-    Continue {
+    /// A snapshot in hand: after `after` (a continuation), or from the start.
+    At {
         snap: Arc<Snapshot>,
-        after: Key,
+        after: Option<Key>,
         pages: u64,
     },
 }
 
 /// `SNAPSHOT.SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]`
 ///
-/// On the main thread: parse, open or look up the snapshot, block the
-/// client and hand the walk to a worker. Inside MULTI/Lua/functions (no
-/// blocking allowed) the walk runs inline, bounded by the work budget.
+/// On the main thread: parse, open or look up the snapshot. A small page
+/// (COUNT and the entries it needs within `snapshot.inline-entries`, the
+/// snapshot ready) is answered at once; any other blocks the client and
+/// goes to a worker. Inside MULTI/Lua/functions (no blocking allowed) the
+/// walk runs inline, bounded by the work budget.
 pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     if args.len() < 2 {
         return Err(CmdError::WrongArity);
@@ -68,9 +71,9 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
         Start::Open(m.open(db, ffi::command_time_ms()))
     } else {
         match m.cursors.take_in(cursor, db) {
-            Ok(e) => Start::Continue {
+            Ok(e) => Start::At {
                 snap: e.value.snap,
-                after: e.value.after,
+                after: Some(e.value.after),
                 pages: e.pages,
             },
             Err(None) => {
@@ -91,12 +94,19 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
         count: opts.count.unwrap_or(DEFAULT_COUNT),
         budget: config::get(&config::SCAN_BUDGET),
     };
-    let blocked = if ffi::blocking_denied(ctx) {
-        None
-    } else {
-        BlockedReply::block(ctx)
-    };
     Module::bump(&m.stats.scans, 1);
+    let (blocked, start) = if ffi::blocking_denied(ctx) {
+        (None, start)
+    } else {
+        match small_page(m, start, &spec) {
+            Ok((next, keys)) => {
+                Module::bump(&m.stats.scans_small, 1);
+                write_page(&Reply::new(ctx), next, &keys);
+                return Ok(());
+            }
+            Err(start) => (BlockedReply::block(ctx), start),
+        }
+    };
     match blocked {
         Some(bc) => {
             let job = Box::new(move || {
@@ -120,9 +130,46 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
 fn serve(m: &'static Module, start: Start, spec: &ScanSpec) -> (u64, Vec<Key>) {
     let (snap, after, pages) = match start {
         Start::Open(req) => (m.snapshot(&req), None, 0),
-        Start::Continue { snap, after, pages } => (snap, Some(after), pages),
+        Start::At { snap, after, pages } => (snap, after, pages),
     };
     let page = walk(&snap.map, snap.at_ms, after.as_ref(), spec);
+    finish(m, snap, pages, page)
+}
+
+/// The page on the main thread if it is small: COUNT and the entries it
+/// examines within `snapshot.inline-entries`, and the snapshot ready (at
+/// most that many log operations to apply, the index not busy). Otherwise
+/// gives the start back for a worker; the walk done here, bounded by the
+/// same limit, is then thrown away.
+fn small_page(m: &'static Module, start: Start, spec: &ScanSpec) -> Result<(u64, Vec<Key>), Start> {
+    let limit = config::get(&config::INLINE_ENTRIES);
+    if spec.count > limit {
+        return Err(start);
+    }
+    let (snap, after, pages) = match start {
+        Start::Open(req) => match m.try_snapshot(&req, limit) {
+            Some(snap) => (snap, None, 0),
+            None => return Err(Start::Open(req)),
+        },
+        Start::At { snap, after, pages } => (snap, after, pages),
+    };
+    let small = ScanSpec {
+        budget: spec.budget.min(limit),
+        ..spec.clone()
+    };
+    let page = walk(&snap.map, snap.at_ms, after.as_ref(), &small);
+    let complete = page.resume_after.is_none()
+        || page.keys.len() >= spec.count
+        || page.examined >= spec.budget;
+    if !complete {
+        return Err(Start::At { snap, after, pages });
+    }
+    Ok(finish(m, snap, pages, page))
+}
+
+/// Counts a page and registers its continuation: the next cursor (0 when
+/// the iteration is complete) and the keys.
+fn finish(m: &'static Module, snap: Arc<Snapshot>, pages: u64, page: Page) -> (u64, Vec<Key>) {
     Module::bump(&m.stats.entries_examined, page.examined as u64);
     Module::bump(&m.stats.keys_returned, page.keys.len() as u64);
     let next = match page.resume_after {

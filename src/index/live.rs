@@ -23,7 +23,7 @@
 use super::{Change, Key, KeyMap, Keyspace, Meta, Snapshot};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
 /// One change of the keyspace, in the order the server made it.
@@ -125,12 +125,41 @@ impl Live {
             return s;
         }
         let mut ks = lock(&self.index);
+        self.take_locked(&mut ks, req, dispose)
+    }
+
+    /// [`take`](Self::take) if that is cheap: nobody holds the index (the
+    /// indexer applying a batch) and at most `max_apply` operations lie
+    /// between the applied position and the request. Otherwise `None`, and
+    /// the request stays registered for a later `take`.
+    pub fn try_take(
+        &self,
+        req: &OpenRequest,
+        max_apply: usize,
+        dispose: Dispose,
+    ) -> Option<Arc<Snapshot>> {
+        if let Some(s) = lock(&req.cut).take() {
+            return Some(s);
+        }
+        let mut ks = match self.index.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
+        let behind = req.seq.saturating_sub(self.applied.load(Ordering::SeqCst));
+        if behind > max_apply as u64 {
+            return None;
+        }
+        Some(self.take_locked(&mut ks, req, dispose))
+    }
+
+    fn take_locked(&self, ks: &mut Keyspace, req: &OpenRequest, dispose: Dispose) -> Arc<Snapshot> {
         loop {
             if let Some(s) = lock(&req.cut).take() {
                 return s;
             }
             // Cuts due at the current position (e.g. this very request).
-            self.cut_due(&mut ks);
+            self.cut_due(ks);
             if let Some(s) = lock(&req.cut).take() {
                 return s;
             }
@@ -138,7 +167,7 @@ impl Live {
                 .seq
                 .saturating_sub(self.applied.load(Ordering::SeqCst))
                 .clamp(1, BATCH as u64) as usize;
-            if self.apply_batch(&mut ks, want, dispose) == 0 {
+            if self.apply_batch(ks, want, dispose) == 0 {
                 // Nothing left to apply yet the request was not cut: only
                 // possible if it was never registered; serve the present.
                 return ks.snapshot(req.db, req.at_ms);
