@@ -49,12 +49,22 @@ fn fill(ctx: InfoCtx) {
         return; // section not requested
     }
     crate::events::settle();
-    let (sizes, total, mem, versions) = {
+    let (sizes, total, mem, versions, backlog) = {
         // Apply pending index updates first so the figures are exact (the
-        // log is normally a few milliseconds behind at most).
-        let ks = m.synced();
+        // log is normally a few milliseconds behind at most); after a bulk
+        // load they lag by index_backlog instead of stalling the server.
+        let ks = m.synced_for_info();
         let versions: Vec<u64> = (0..ks.databases()).map(|db| ks.version(db)).collect();
-        (ks.sizes(), ks.total_keys(), ks.memory_estimate(), versions)
+        // Read while the index is held: the figures and the backlog are
+        // of the same instant.
+        let backlog = m.live().backlog();
+        (
+            ks.sizes(),
+            ks.total_keys(),
+            ks.memory_estimate(),
+            versions,
+            backlog,
+        )
     };
     field(ctx, "index_keys", total as u64);
     for (db, n) in sizes {
@@ -91,7 +101,7 @@ fn fill(ctx: InfoCtx) {
     let st = &m.stats;
     field(ctx, "events_applied", st.events.load(Ordering::Relaxed));
     field(ctx, "index_changes", m.live().changes());
-    field(ctx, "index_backlog", m.live().backlog());
+    field(ctx, "index_backlog", backlog);
     field(ctx, "scans_served", st.scans.load(Ordering::Relaxed));
     field(
         ctx,

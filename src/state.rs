@@ -24,6 +24,10 @@ pub struct HashCursor {
     pub pos: usize,
 }
 
+/// Pending index operations `INFO` applies before reporting (about a
+/// millisecond of main-thread work at most).
+pub const INFO_SYNC_MAX: usize = 1024;
+
 #[derive(Default)]
 pub struct Stats {
     pub hash_scans: AtomicU64,
@@ -89,11 +93,14 @@ impl Module {
         })
     }
 
-    /// The index with every recorded change applied.
-    pub fn synced(&self) -> MutexGuard<'_, Keyspace> {
-        self.live.sync(self.pushed(), &|maps: Vec<KeyMap>| {
-            self.reaper.dispose(maps)
-        })
+    /// The index for `INFO` on the main thread: every recorded change
+    /// applied if at most [`INFO_SYNC_MAX`] are pending, else as it is (the
+    /// figures then lag by `index_backlog` operations).
+    pub fn synced_for_info(&self) -> MutexGuard<'_, Keyspace> {
+        self.live
+            .sync_at_most(self.pushed(), INFO_SYNC_MAX, &|maps: Vec<KeyMap>| {
+                self.reaper.dispose(maps)
+            })
     }
 
     /// Runs `job` on a worker thread, or right here if the pool cannot

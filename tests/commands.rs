@@ -1089,6 +1089,36 @@ fn info_snapshot_fields_and_counters() {
 
 // ---------------------------------------------- 8. COMMAND INFO and ACLs
 
+/// After a bulk write, INFO does not apply a long backlog on the main
+/// thread: its figures are those of the applied position, the backlog says
+/// how far behind, and both converge once the indexer has applied the log.
+#[test]
+fn info_after_a_bulk_write_reports_the_backlog_and_converges() {
+    let server = Server::start();
+    let mut con = server.client();
+    let n = 300_000u64;
+    cmd_str(
+        &mut con,
+        &["DEBUG", "POPULATE", &n.to_string(), "bulk", "8"],
+    );
+    let info = cmd_str(&mut con, &["INFO", "snapshot"]);
+    let num = |f: &str| -> u64 {
+        info_field(&info, f)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{f} in {info}"))
+    };
+    let (keys, backlog) = (num("snapshot_index_keys"), num("snapshot_index_backlog"));
+    // One operation per new key: the figures are of the applied position.
+    assert_eq!(keys + backlog, n, "index_keys {keys}, backlog {backlog}");
+    // Either INFO applied a short log (exact), or it left a long one to the
+    // indexer (more than INFO_SYNC_MAX = 1024 operations).
+    assert!(backlog == 0 || backlog > 1024, "backlog {backlog}");
+    wait_until("the index to catch up", Duration::from_secs(60), || {
+        info_u64(&mut con, "snapshot_index_backlog") == 0
+    });
+    assert_eq!(info_u64(&mut con, "snapshot_index_keys"), n);
+}
+
 #[test]
 fn command_info_flags_keys_and_acl_categories() {
     let server = Server::start();

@@ -38,8 +38,10 @@ pub enum Op {
 
 /// Log length past which pushers apply part of it themselves.
 pub const MAX_BACKLOG: usize = 1 << 20;
-/// Operations applied per hold of the index lock by the indexer.
-const BATCH: usize = 4096;
+/// Operations applied per hold of the index lock by the indexer (about a
+/// millisecond of work: the main thread may wait that long for the lock in
+/// `INFO`).
+const BATCH: usize = 1024;
 /// Indexer pause when it has caught up.
 const POLL: Duration = Duration::from_millis(2);
 
@@ -51,8 +53,66 @@ pub struct OpenRequest {
     cut: Mutex<Option<Arc<Snapshot>>>,
 }
 
+/// The log's operations in fixed-size chunks: a push never moves the ones
+/// already queued (a single `VecDeque` doubling its buffer copied the whole
+/// backlog, tens of MB after a burst, on the main thread), and a drained
+/// chunk is kept for reuse or freed on its own.
+#[derive(Default)]
+struct OpLog {
+    chunks: VecDeque<VecDeque<Op>>,
+    len: usize,
+    spare: Option<VecDeque<Op>>,
+}
+
+/// Operations per chunk of the log (about 200 KB).
+const CHUNK: usize = 4096;
+
+impl OpLog {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn push(&mut self, op: Op) {
+        match self.chunks.back_mut() {
+            Some(c) if c.len() < CHUNK => c.push_back(op),
+            _ => {
+                let mut c = self
+                    .spare
+                    .take()
+                    .unwrap_or_else(|| VecDeque::with_capacity(CHUNK));
+                c.push_back(op);
+                self.chunks.push_back(c);
+            }
+        }
+        self.len += 1;
+    }
+
+    /// Removes and returns the first `n` operations (fewer if there are not
+    /// that many).
+    fn take_front(&mut self, n: usize) -> Vec<Op> {
+        let n = n.min(self.len);
+        let mut out = Vec::with_capacity(n);
+        while out.len() < n {
+            let Some(front) = self.chunks.front_mut() else {
+                break;
+            };
+            let k = (n - out.len()).min(front.len());
+            out.extend(front.drain(..k));
+            if front.is_empty() {
+                if let Some(c) = self.chunks.pop_front() {
+                    if self.spare.is_none() {
+                        self.spare = Some(c);
+                    }
+                }
+            }
+        }
+        self.len -= out.len();
+        out
+    }
+}
+
 struct Queue {
-    ops: VecDeque<Op>,
+    ops: OpLog,
     /// Snapshot requests by log position (number of operations before it).
     opens: BTreeMap<u64, Vec<Arc<OpenRequest>>>,
 }
@@ -78,7 +138,7 @@ impl Live {
         Live {
             index: Mutex::new(Keyspace::new(databases)),
             queue: Mutex::new(Queue {
-                ops: VecDeque::new(),
+                ops: OpLog::default(),
                 opens: BTreeMap::new(),
             }),
             pushed: AtomicU64::new(0),
@@ -91,7 +151,7 @@ impl Live {
     pub fn push(&self, op: Op, dispose: Dispose) -> u64 {
         let (seq, backlog) = {
             let mut q = lock(&self.queue);
-            q.ops.push_back(op);
+            q.ops.push(op);
             (self.pushed.fetch_add(1, Ordering::SeqCst) + 1, q.ops.len())
         };
         if backlog > MAX_BACKLOG {
@@ -191,6 +251,21 @@ impl Live {
         self.changes.load(Ordering::Relaxed)
     }
 
+    /// The index with every operation up to `upto` applied, or as it is if
+    /// more than `max_apply` remain to apply (for figures on the main
+    /// thread: a backlog after a bulk load would take too long there).
+    pub fn sync_at_most(
+        &self,
+        upto: u64,
+        max_apply: usize,
+        dispose: Dispose,
+    ) -> MutexGuard<'_, Keyspace> {
+        if upto.saturating_sub(self.applied.load(Ordering::SeqCst)) > max_apply as u64 {
+            return lock(&self.index);
+        }
+        self.sync(upto, dispose)
+    }
+
     /// The index with every operation up to `upto` applied (for figures;
     /// snapshots use [`Live::open`] and [`Live::take`]).
     pub fn sync(&self, upto: u64, dispose: Dispose) -> MutexGuard<'_, Keyspace> {
@@ -233,12 +308,7 @@ impl Live {
                 let n = (max - done)
                     .min(q.ops.len())
                     .min(until_open.max(1) as usize);
-                let batch: Vec<Op> = q.ops.drain(..n).collect();
-                if q.ops.is_empty() && q.ops.capacity() > 4 * BATCH {
-                    // Give back what a burst (a backfill, a big load) grew.
-                    q.ops.shrink_to(BATCH);
-                }
-                batch
+                q.ops.take_front(n)
             };
             if batch.is_empty() {
                 break;
@@ -285,6 +355,41 @@ impl Live {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_op_log_keeps_order_across_chunks() {
+        let mut log = OpLog::default();
+        let op = |i: usize| Op::Swap(i, 0);
+        let id = |o: &Op| match o {
+            Op::Swap(i, _) => *i,
+            _ => usize::MAX,
+        };
+        let mut next_in = 0;
+        let mut next_out = 0;
+        for round in 0..5 {
+            for _ in 0..(CHUNK * 2 + 17 * round) {
+                log.push(op(next_in));
+                next_in += 1;
+            }
+            for take in [1, CHUNK - 1, CHUNK + 3, 5] {
+                let got = log.take_front(take);
+                assert_eq!(got.len(), take.min(next_in - next_out));
+                for o in &got {
+                    assert_eq!(id(o), next_out);
+                    next_out += 1;
+                }
+                assert_eq!(log.len(), next_in - next_out);
+            }
+        }
+        let rest = log.take_front(usize::MAX);
+        assert_eq!(rest.len(), next_in - next_out);
+        assert_eq!(log.len(), 0);
+        assert!(log.take_front(10).is_empty());
+        // A drained log reuses one chunk instead of allocating.
+        assert!(log.spare.is_some());
+        log.push(op(0));
+        assert!(log.spare.is_none());
+    }
+
     use super::super::meta::STRING;
     use super::*;
 
