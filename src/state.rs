@@ -5,7 +5,7 @@ use crate::cursor::Registry;
 use crate::hash::watch::Watches;
 use crate::hash::HashCopy;
 use crate::index::live::OpenRequest;
-use crate::index::{Key, KeyMap, Keyspace, Live, Op, Snapshot, TypeNames};
+use crate::index::{Key, KeyMap, Live, Op, Snapshot, TypeNames};
 use crate::pool::{Pool, Reaper};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -23,10 +23,6 @@ pub struct HashCursor {
     pub key: Box<[u8]>,
     pub pos: usize,
 }
-
-/// Pending index operations `INFO` applies before reporting (about a
-/// millisecond of main-thread work at most).
-pub const INFO_SYNC_MAX: usize = 1024;
 
 #[derive(Default)]
 pub struct Stats {
@@ -91,16 +87,6 @@ impl Module {
         self.live.try_take(req, max_apply, &|maps: Vec<KeyMap>| {
             self.reaper.dispose(maps)
         })
-    }
-
-    /// The index for `INFO` on the main thread: every recorded change
-    /// applied if at most [`INFO_SYNC_MAX`] are pending, else as it is (the
-    /// figures then lag by `index_backlog` operations).
-    pub fn synced_for_info(&self) -> MutexGuard<'_, Keyspace> {
-        self.live
-            .sync_at_most(self.pushed(), INFO_SYNC_MAX, &|maps: Vec<KeyMap>| {
-                self.reaper.dispose(maps)
-            })
     }
 
     /// Runs `job` on a worker thread, or right here if the pool cannot

@@ -127,8 +127,8 @@ fn info_u64(con: &mut Connection, section: &str, field: &str) -> u64 {
 /// The index holds exactly as many keys as the server (`snapshot_index_keys_db<N>`
 /// vs `DBSIZE`). Only meaningful when no key is logically expired but not yet deleted.
 fn assert_index_sizes(con: &mut Connection, dbs: &[u32]) {
-    // INFO applies a short backlog itself; a long one (a bulk write) is the
-    // indexer's to apply.
+    // INFO reports the applied position; the indexer applies the log within
+    // moments.
     wait_until(
         "the index log to be applied",
         Duration::from_secs(30),

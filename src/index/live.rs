@@ -117,8 +117,35 @@ struct Queue {
     opens: BTreeMap<u64, Vec<Arc<OpenRequest>>>,
 }
 
+/// The index's figures for `INFO`, as of `applied` operations.
+#[derive(Clone, Debug, Default)]
+pub struct Figures {
+    pub applied: u64,
+    /// Keys per non-empty database.
+    pub sizes: Vec<(usize, usize)>,
+    pub total: usize,
+    pub memory_estimate: usize,
+    /// Version of every database.
+    pub versions: Vec<u64>,
+}
+
+impl Figures {
+    fn of(ks: &Keyspace, applied: u64) -> Self {
+        Figures {
+            applied,
+            sizes: ks.sizes(),
+            total: ks.total_keys(),
+            memory_estimate: ks.memory_estimate(),
+            versions: (0..ks.databases()).map(|db| ks.version(db)).collect(),
+        }
+    }
+}
+
 pub struct Live {
     index: Mutex<Keyspace>,
+    /// Figures published by whoever applied the last batch, for readers
+    /// that must not wait for the index (the main thread).
+    published: Mutex<Figures>,
     queue: Mutex<Queue>,
     /// Operations pushed so far (sequence number of the last one).
     pushed: AtomicU64,
@@ -135,8 +162,10 @@ type Dispose<'a> = &'a dyn Fn(Vec<KeyMap>);
 
 impl Live {
     pub fn new(databases: usize) -> Self {
+        let index = Keyspace::new(databases);
         Live {
-            index: Mutex::new(Keyspace::new(databases)),
+            published: Mutex::new(Figures::of(&index, 0)),
+            index: Mutex::new(index),
             queue: Mutex::new(Queue {
                 ops: OpLog::default(),
                 opens: BTreeMap::new(),
@@ -251,23 +280,23 @@ impl Live {
         self.changes.load(Ordering::Relaxed)
     }
 
-    /// The index with every operation up to `upto` applied, or as it is if
-    /// more than `max_apply` remain to apply (for figures on the main
-    /// thread: a backlog after a bulk load would take too long there).
-    pub fn sync_at_most(
-        &self,
-        upto: u64,
-        max_apply: usize,
-        dispose: Dispose,
-    ) -> MutexGuard<'_, Keyspace> {
-        if upto.saturating_sub(self.applied.load(Ordering::SeqCst)) > max_apply as u64 {
-            return lock(&self.index);
+    /// The index's figures without waiting: read from the index if nobody
+    /// holds it, else as published by the last batch applied. Never applies
+    /// anything (on the main thread, applying a few hundred operations to a
+    /// tree that does not fit the caches took milliseconds).
+    pub fn figures(&self) -> Figures {
+        match self.index.try_lock() {
+            Ok(ks) => Figures::of(&ks, self.applied.load(Ordering::SeqCst)),
+            Err(TryLockError::Poisoned(p)) => {
+                Figures::of(&p.into_inner(), self.applied.load(Ordering::SeqCst))
+            }
+            Err(TryLockError::WouldBlock) => lock(&self.published).clone(),
         }
-        self.sync(upto, dispose)
     }
 
     /// The index with every operation up to `upto` applied (for figures;
     /// snapshots use [`Live::open`] and [`Live::take`]).
+    #[cfg(test)]
     pub fn sync(&self, upto: u64, dispose: Dispose) -> MutexGuard<'_, Keyspace> {
         let mut ks = lock(&self.index);
         while self.applied.load(Ordering::SeqCst) < upto {
@@ -330,6 +359,9 @@ impl Live {
         }
         self.cut_due(ks);
         self.changes.fetch_add(changed, Ordering::Relaxed);
+        if done > 0 {
+            *lock(&self.published) = Figures::of(ks, self.applied.load(Ordering::SeqCst));
+        }
         if !freed.is_empty() {
             dispose(freed);
         }
