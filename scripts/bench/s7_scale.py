@@ -70,7 +70,9 @@ def run(ctx):
             deadline = time.time() + 1800
             while time.time() < deadline:
                 si = b.snap_info()
-                if int(si.get("backfill_in_progress", 1)) == 0:
+                # Done when the walk has ended and the indexer has applied it.
+                if int(si.get("backfill_in_progress", 1)) == 0 and \
+                        int(si.get("index_backlog", 1)) == 0:
                     break
                 time.sleep(0.05)
             t_bf = time.time() - t0
