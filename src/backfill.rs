@@ -81,14 +81,24 @@ pub fn start(ctx: Ctx) {
     mainloop::run_in_steps(
         timer_ctx,
         Box::new(move |_ctx| {
-            let more = walk.step();
-            if !more {
-                RUNNING.store(false, Ordering::SeqCst);
+            // Produce no faster than the indexer applies: a log growing
+            // without bound would end with someone applying it in one go.
+            if state::try_get().is_some_and(|m| m.live().backlog() > MAX_PENDING) {
+                return mainloop::Next::After(1);
             }
-            more
+            if walk.step() {
+                mainloop::Next::Again
+            } else {
+                RUNNING.store(false, Ordering::SeqCst);
+                mainloop::Next::Done
+            }
         }),
     );
 }
+
+/// Index operations that may wait for the indexer before the walk pauses
+/// (about 64 batches of the indexer).
+const MAX_PENDING: u64 = 1 << 16;
 
 struct SliceState<'a> {
     m: &'a Module,

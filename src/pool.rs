@@ -180,7 +180,11 @@ fn next_job(shared: &Shared) -> Option<Job> {
         q.idle += 1;
         let (guard, _) = shared
             .ready
-            .wait_timeout_while(q, IDLE_CHECK, |q| q.jobs.is_empty())
+            .wait_timeout_while(q, IDLE_CHECK, |q| {
+                // A shrink (resize wakes everyone) ends the wait too.
+                q.jobs.is_empty()
+                    && shared.alive.load(Ordering::SeqCst) <= shared.target.load(Ordering::SeqCst)
+            })
             .unwrap_or_else(|e| e.into_inner());
         q = guard;
         q.idle -= 1;

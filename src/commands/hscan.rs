@@ -93,6 +93,9 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
         if !inline {
             if let Some((next, items)) = small_page(m, db, key, &copy, e.value.pos, pages, &spec) {
                 write_page(&Reply::new(ctx), next, Some(&copy), &items, spec.novalues);
+                // The last page may hold the last reference to a big copy:
+                // free it on the reaper, not here.
+                m.reaper.dispose(copy);
                 return Ok(());
             }
         }
@@ -129,6 +132,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
             if !inline {
                 if let Some((next, items)) = small_page(m, db, key, &copy, 0, 0, &spec) {
                     write_page(&Reply::new(ctx), next, Some(&copy), &items, spec.novalues);
+                    m.reaper.dispose(copy);
                     return Ok(());
                 }
             }
@@ -204,7 +208,16 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
         tctx,
         reply: Some((bc, spec)),
     };
-    mainloop::run_in_steps(ctx, Box::new(move |_| task.step()));
+    mainloop::run_in_steps(
+        ctx,
+        Box::new(move |_| {
+            if task.step() {
+                mainloop::Next::Again
+            } else {
+                mainloop::Next::Done
+            }
+        }),
+    );
     Ok(())
 }
 

@@ -136,9 +136,14 @@ fn serve(m: &'static Module, start: Start, spec: &ScanSpec) -> (u64, Vec<Key>) {
     finish(m, snap, pages, page)
 }
 
+/// Pending index operations a small cursor-0 page may apply on the main
+/// thread to cut its snapshot (under a write load, applying a few hundred
+/// took milliseconds there); with more pending, the page goes to a worker.
+const INLINE_APPLY_MAX: usize = 16;
+
 /// The page on the main thread if it is small: COUNT and the entries it
 /// examines within `snapshot.inline-entries`, and the snapshot ready (at
-/// most that many log operations to apply, the index not busy). Otherwise
+/// most [`INLINE_APPLY_MAX`] log operations to apply, the index not busy). Otherwise
 /// gives the start back for a worker; the walk done here, bounded by the
 /// same limit, is then thrown away.
 fn small_page(m: &'static Module, start: Start, spec: &ScanSpec) -> Result<(u64, Vec<Key>), Start> {
@@ -147,7 +152,7 @@ fn small_page(m: &'static Module, start: Start, spec: &ScanSpec) -> Result<(u64,
         return Err(start);
     }
     let (snap, after, pages) = match start {
-        Start::Open(req) => match m.try_snapshot(&req, limit) {
+        Start::Open(req) => match m.try_snapshot(&req, INLINE_APPLY_MAX) {
             Some(snap) => (snap, None, 0),
             None => return Err(Start::Open(req)),
         },

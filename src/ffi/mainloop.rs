@@ -9,23 +9,36 @@ use super::{api, Ctx};
 use redis_module::raw;
 use std::os::raw::c_void;
 
-/// One step of a task: does a bounded amount of work on the main thread,
-/// returns `true` to be called again on the next turn of the event loop.
-pub type Step = Box<dyn FnMut(Ctx) -> bool>;
+/// What a step asks for after it ran.
+pub enum Next {
+    Done,
+    /// Run again on the next turn of the event loop.
+    Again,
+    /// Run again after this many milliseconds (waiting for something that
+    /// is not the main thread's to do).
+    After(i64),
+}
 
-/// Schedules `step` to run on the next turn of the event loop, and again
-/// after every call that returns `true`. Must be called on the main thread
-/// (or with the server lock held). If the server refuses the timer the
-/// step is dropped, which must leave nothing waiting (owners of blocked
-/// clients answer them in `Drop`).
+/// One step of a task: does a bounded amount of work on the main thread.
+pub type Step = Box<dyn FnMut(Ctx) -> Next>;
+
+/// Schedules `step` to run on the next turn of the event loop, and again as
+/// long as it asks to. Must be called on the main thread (or with the
+/// server lock held). If the server refuses the timer the step is dropped,
+/// which must leave nothing waiting (owners of blocked clients answer them
+/// in `Drop`).
 pub fn run_in_steps(ctx: Ctx, step: Step) {
+    schedule(ctx, step, 0);
+}
+
+fn schedule(ctx: Ctx, step: Step, after_ms: i64) {
     let Some(create) = api!(RedisModule_CreateTimer) else {
         return;
     };
     let data = Box::into_raw(Box::new(step));
     // SAFETY: ctx is live on the main thread; `data` is a leaked Box that
     // `on_timer` takes back exactly once.
-    unsafe { create(ctx, 0, Some(on_timer), data.cast()) };
+    unsafe { create(ctx, after_ms.max(0), Some(on_timer), data.cast()) };
 }
 
 extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
@@ -35,9 +48,11 @@ extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     // SAFETY: `data` is the Box leaked by `run_in_steps` for this timer;
     // each timer fires once, so it is reclaimed exactly once.
     let mut step: Box<Step> = unsafe { Box::from_raw(data.cast()) };
-    let more =
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| step(ctx))).unwrap_or(false);
-    if more {
-        run_in_steps(ctx, *step);
+    let next =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| step(ctx))).unwrap_or(Next::Done);
+    match next {
+        Next::Done => {}
+        Next::Again => schedule(ctx, *step, 0),
+        Next::After(ms) => schedule(ctx, *step, ms),
     }
 }

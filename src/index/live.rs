@@ -22,7 +22,7 @@
 
 use super::{Change, Key, KeyMap, Keyspace, Meta, Snapshot};
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
@@ -39,8 +39,7 @@ pub enum Op {
 /// Log length past which pushers apply part of it themselves.
 pub const MAX_BACKLOG: usize = 1 << 20;
 /// Operations applied per hold of the index lock by the indexer (about a
-/// millisecond of work: the main thread may wait that long for the lock in
-/// `INFO`).
+/// millisecond of work; a worker cutting a snapshot may wait that long).
 const BATCH: usize = 1024;
 /// Indexer pause when it has caught up.
 const POLL: Duration = Duration::from_millis(2);
@@ -151,6 +150,8 @@ pub struct Live {
     pushed: AtomicU64,
     /// Operations applied so far.
     applied: AtomicU64,
+    /// Threads waiting in `lock_fair`.
+    waiting: AtomicUsize,
     changes: AtomicU64,
 }
 
@@ -172,6 +173,7 @@ impl Live {
             }),
             pushed: AtomicU64::new(0),
             applied: AtomicU64::new(0),
+            waiting: AtomicUsize::new(0),
             changes: AtomicU64::new(0),
         }
     }
@@ -184,11 +186,10 @@ impl Live {
             (self.pushed.fetch_add(1, Ordering::SeqCst) + 1, q.ops.len())
         };
         if backlog > MAX_BACKLOG {
-            // Apply a few batches here: bounded work, bounded memory.
-            let mut ks = lock(&self.index);
-            for _ in 0..4 {
-                self.apply_batch(&mut ks, BATCH, dispose);
-            }
+            // Apply a batch here: bounded work, bounded memory. The
+            // appliers step aside between their batches (`lock_fair`).
+            let mut ks = self.lock_fair();
+            self.apply_batch(&mut ks, BATCH, dispose);
         }
         seq
     }
@@ -213,8 +214,16 @@ impl Live {
         if let Some(s) = lock(&req.cut).take() {
             return s;
         }
-        let mut ks = lock(&self.index);
-        self.take_locked(&mut ks, req, dispose)
+        // One batch per hold of the index, handing it over between batches
+        // to anyone waiting (the main thread pushing under backpressure).
+        loop {
+            let mut ks = self.lock_fair();
+            if let Some(s) = self.take_step(&mut ks, req, dispose) {
+                return s;
+            }
+            drop(ks);
+            self.let_waiters_in();
+        }
     }
 
     /// [`take`](Self::take) if that is cheap: nobody holds the index (the
@@ -239,28 +248,57 @@ impl Live {
         if behind > max_apply as u64 {
             return None;
         }
-        Some(self.take_locked(&mut ks, req, dispose))
+        loop {
+            if let Some(s) = self.take_step(&mut ks, req, dispose) {
+                return Some(s);
+            }
+        }
     }
 
-    fn take_locked(&self, ks: &mut Keyspace, req: &OpenRequest, dispose: Dispose) -> Arc<Snapshot> {
-        loop {
-            if let Some(s) = lock(&req.cut).take() {
-                return s;
-            }
-            // Cuts due at the current position (e.g. this very request).
-            self.cut_due(ks);
-            if let Some(s) = lock(&req.cut).take() {
-                return s;
-            }
-            let want = req
-                .seq
-                .saturating_sub(self.applied.load(Ordering::SeqCst))
-                .clamp(1, BATCH as u64) as usize;
-            if self.apply_batch(ks, want, dispose) == 0 {
-                // Nothing left to apply yet the request was not cut: only
-                // possible if it was never registered; serve the present.
-                return ks.snapshot(req.db, req.at_ms);
-            }
+    /// One step towards cutting `req`: its snapshot if it is (or can now
+    /// be) cut, else applies one batch of the log towards it.
+    fn take_step(
+        &self,
+        ks: &mut Keyspace,
+        req: &OpenRequest,
+        dispose: Dispose,
+    ) -> Option<Arc<Snapshot>> {
+        if let Some(s) = lock(&req.cut).take() {
+            return Some(s);
+        }
+        // Cuts due at the current position (e.g. this very request).
+        self.cut_due(ks);
+        if let Some(s) = lock(&req.cut).take() {
+            return Some(s);
+        }
+        let want = req
+            .seq
+            .saturating_sub(self.applied.load(Ordering::SeqCst))
+            .clamp(1, BATCH as u64) as usize;
+        if self.apply_batch(ks, want, dispose) == 0 {
+            // Nothing left to apply yet the request was not cut: only
+            // possible if it was never registered; serve the present.
+            return Some(ks.snapshot(req.db, req.at_ms));
+        }
+        None
+    }
+
+    /// The index, taken in turn: threads that apply the log batch after
+    /// batch step aside between batches while someone waits here. (The
+    /// mutex is not fair: a thread relocking at once would keep a waiter,
+    /// such as the main thread, out until the whole log is applied.)
+    fn lock_fair(&self) -> MutexGuard<'_, Keyspace> {
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let g = lock(&self.index);
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        g
+    }
+
+    /// Called between two batches, the index released: lets every thread
+    /// waiting in [`lock_fair`](Self::lock_fair) take it first.
+    fn let_waiters_in(&self) {
+        while self.waiting.load(Ordering::SeqCst) > 0 {
+            std::thread::yield_now();
         }
     }
 
@@ -378,6 +416,7 @@ impl Live {
                 let mut ks = lock(&self.index);
                 self.apply_batch(&mut ks, BATCH, dispose)
             };
+            self.let_waiters_in();
             if applied < BATCH {
                 std::thread::sleep(POLL);
             }
