@@ -106,6 +106,29 @@ impl Module {
     }
 
     /// Monotonic milliseconds since the module loaded (cursor idle clock).
+    /// Registers the continuation of an iteration in `cursors` (its
+    /// `pages`-th page was just served) and returns its cursor id; the
+    /// iterations evicted to make room are freed on the reaper.
+    pub fn open_cursor<T: Send + 'static>(
+        &self,
+        cursors: &Registry<T>,
+        value: T,
+        db: usize,
+        pages: u64,
+    ) -> u64 {
+        let (id, evicted) = cursors.insert(
+            value,
+            db,
+            pages,
+            self.mono_ms(),
+            config::get(&config::MAX_OPEN),
+        );
+        if !evicted.is_empty() {
+            self.reaper.dispose(evicted);
+        }
+        id
+    }
+
     pub fn mono_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
     }

@@ -503,23 +503,16 @@ fn register(
 ) -> (u64, Vec<usize>) {
     let next = match page.next {
         None => 0,
-        Some(pos) => {
-            let (id, evicted) = m.hash_cursors.insert(
-                HashCursor {
-                    copy,
-                    key: key.into(),
-                    pos,
-                },
-                db,
-                pages + 1,
-                m.mono_ms(),
-                config::get(&config::MAX_OPEN),
-            );
-            if !evicted.is_empty() {
-                m.reaper.dispose(evicted);
-            }
-            id
-        }
+        Some(pos) => m.open_cursor(
+            &m.hash_cursors,
+            HashCursor {
+                copy,
+                key: key.into(),
+                pos,
+            },
+            db,
+            pages + 1,
+        ),
     };
     (next, page.items)
 }

@@ -186,17 +186,7 @@ fn finish(m: &'static Module, snap: Arc<Snapshot>, pages: u64, page: Page) -> (u
         }
         Some(after) => {
             let db = snap.db;
-            let (id, evicted) = m.cursors.insert(
-                ScanCursor { snap, after },
-                db,
-                pages + 1,
-                m.mono_ms(),
-                config::get(&config::MAX_OPEN),
-            );
-            if !evicted.is_empty() {
-                m.reaper.dispose(evicted);
-            }
-            id
+            m.open_cursor(&m.cursors, ScanCursor { snap, after }, db, pages + 1)
         }
     };
     (next, page.keys)
