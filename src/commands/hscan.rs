@@ -141,7 +141,8 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
         }
     }
     let batch = config::get(&config::HASH_COPY_BATCH).max(1);
-    let small = inline || keys::value_len(ctx, name.ptr()) <= batch;
+    let fields = keys::value_len(ctx, name.ptr());
+    let small = inline || fields <= batch;
     let (version, epoch) = m.watches.begin_copy(db, key);
     let mut builder = Builder::new(config::get(&config::HASH_MEMORY_LIMIT));
     let started = Instant::now();
@@ -161,6 +162,8 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
         if guard == TtlGuard::OneHold {
             builder.clear();
             first = hashcopy::hgetall(ctx, key, &mut builder).map(|_| b"0".to_vec());
+        } else {
+            builder.reserve_for(fields);
         }
     }
     record_hold(m, started);

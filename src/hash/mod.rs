@@ -84,6 +84,25 @@ impl Builder {
         Ok(())
     }
 
+    /// Reserves room for `total` fields in all, estimated from the ones
+    /// held so far (at most `limit` bytes of fields and values): a copy made
+    /// in slices then grows its buffers once instead of doubling them, each
+    /// doubling copying everything held so far (milliseconds for a hash of a
+    /// million fields, on the main thread).
+    pub fn reserve_for(&mut self, total: usize) {
+        let n = self.slots.len();
+        if n == 0 || total <= n {
+            return;
+        }
+        let more = total - n;
+        let per_field = self.arena.len().div_ceil(n);
+        let bytes = per_field
+            .saturating_mul(more)
+            .saturating_add(per_field.saturating_mul(more) / 8);
+        self.slots.reserve(more);
+        self.arena.reserve(bytes.min(self.limit));
+    }
+
     pub fn len(&self) -> usize {
         self.slots.len()
     }
@@ -205,6 +224,30 @@ impl HashCopy {
 mod tests {
     use super::*;
     use rstest::rstest;
+
+    #[test]
+    fn reserve_for_grows_the_buffers_once() {
+        let mut b = Builder::new(usize::MAX / 2);
+        for i in 0..100 {
+            b.push(format!("f{i:04}").as_bytes(), b"0123456789")
+                .expect("under limit");
+        }
+        b.reserve_for(10_000);
+        let (slots, arena) = (b.slots.as_ptr(), b.arena.as_ptr());
+        for i in 100..10_000 {
+            b.push(format!("f{i:04}").as_bytes(), b"0123456789")
+                .expect("under limit");
+        }
+        assert_eq!(b.slots.as_ptr(), slots, "slots reallocated");
+        assert_eq!(b.arena.as_ptr(), arena, "arena reallocated");
+        assert_eq!(b.len(), 10_000);
+        // Nothing to estimate from, or nothing more to come: no-ops.
+        let mut e = Builder::new(1000);
+        e.reserve_for(1_000_000);
+        assert_eq!(e.arena.capacity(), 0);
+        b.reserve_for(5);
+        assert_eq!(b.finish().page(0, None, 3, 10).items, vec![0, 1, 2]);
+    }
 
     fn copy_of(pairs: &[(&str, &str)]) -> HashCopy {
         let mut b = Builder::new(usize::MAX / 2);
