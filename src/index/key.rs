@@ -89,8 +89,10 @@ impl PartialOrd for Key {
 /// fixed-size loads and byte swaps, no branches and no memcpy.
 #[inline]
 fn words(buf: &[u8; INLINE_CAP]) -> (u128, u64) {
-    let head = u128::from_be_bytes(buf[..16].try_into().expect("16 of 22 bytes"));
-    let tail = u64::from_be_bytes(buf[INLINE_CAP - 8..].try_into().expect("8 of 22 bytes"));
+    let head = buf
+        .first_chunk::<16>()
+        .map_or(0, |c| u128::from_be_bytes(*c));
+    let tail = buf.last_chunk::<8>().map_or(0, |c| u64::from_be_bytes(*c));
     // Bytes 16..22 of the buffer, then two zero bytes.
     (head, tail << 16)
 }

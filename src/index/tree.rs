@@ -129,14 +129,14 @@ impl KeyMap {
         };
         let hint = self.last_insert.take();
         let (old, split) = insert(root, key.clone(), meta, hint.as_ref());
+        // The root split: a new root above its two halves.
         if let Some((sep, right, _)) = split {
-            let left = self.root.take().expect("root present");
             let mut b = Branch {
                 keys: ArrayVec::new(),
                 children: ArrayVec::new(),
             };
             b.keys.push(sep);
-            b.children.push(left);
+            b.children.extend(self.root.take());
             b.children.push(right);
             self.root = Some(Arc::new(Node::Branch(b)));
         }
