@@ -134,7 +134,7 @@ impl Figures {
             applied,
             sizes: ks.sizes(),
             total: ks.total_keys(),
-            memory_estimate: ks.memory_estimate(),
+            memory_estimate: ks.live_bytes(),
             versions: (0..ks.databases()).map(|db| ks.version(db)).collect(),
         }
     }

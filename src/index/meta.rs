@@ -57,6 +57,19 @@ impl Meta {
         }
     }
 
+    /// The expiry field as stored (`ms + 1`, 0 = none): 56 bits.
+    #[inline]
+    pub(crate) fn raw_expire(self) -> u64 {
+        self.0 & EXPIRE_MASK
+    }
+
+    /// Rebuilds a meta from [`type_id`](Self::type_id) and
+    /// [`raw_expire`](Self::raw_expire).
+    #[inline]
+    pub(crate) fn from_raw(ty: TypeId, raw_expire: u64) -> Self {
+        Meta(((ty as u64) << EXPIRE_BITS) | (raw_expire & EXPIRE_MASK))
+    }
+
     /// Whether the key was still alive at `now_ms`. Like the server, a key
     /// is expired only once the clock is strictly past its expiry time.
     #[inline]

@@ -7,6 +7,7 @@
 //! See docs/DESIGN.md for why this structure.
 
 pub mod key;
+pub mod leaf;
 pub mod live;
 pub mod meta;
 pub mod tree;
@@ -34,8 +35,6 @@ struct DbIndex {
     map: KeyMap,
     /// Bumped on every change; snapshots remember the version they saw.
     version: u64,
-    /// Heap bytes of long keys (inline keys cost nothing extra).
-    heap_bytes: usize,
 }
 
 /// Live index of every database.
@@ -60,11 +59,13 @@ pub struct Snapshot {
 impl Snapshot {
     /// Keys alive in the snapshot, in order.
     #[cfg(test)]
-    pub fn live_keys(&self) -> impl Iterator<Item = &Key> {
+    pub fn live_keys(&self) -> Vec<Vec<u8>> {
         self.map
-            .iter()
-            .filter(move |(_, m)| m.alive_at(self.at_ms))
+            .to_vec()
+            .into_iter()
+            .filter(|(_, m)| m.alive_at(self.at_ms))
             .map(|(k, _)| k)
+            .collect()
     }
 }
 
@@ -91,24 +92,16 @@ impl Keyspace {
     /// (and any snapshot sharing it) untouched, so no node is copied.
     pub fn apply(&mut self, db: usize, key: &Key, truth: Option<Meta>) -> Change {
         let d = self.db_mut(db);
-        let change = match (d.map.get(key).copied(), truth) {
-            (None, None) => return Change::Unchanged,
-            (Some(old), Some(new)) if old == new => return Change::Unchanged,
-            (None, Some(m)) => {
-                d.heap_bytes += key.heap_bytes();
-                d.map.insert(key.clone(), m);
-                Change::Inserted
-            }
-            (Some(_), Some(m)) => {
-                d.map.insert(key.clone(), m);
-                Change::Updated
-            }
-            (Some(_), None) => {
-                if let Some((k, _)) = d.map.remove(key) {
-                    d.heap_bytes = d.heap_bytes.saturating_sub(k.heap_bytes());
-                }
-                Change::Removed
-            }
+        let change = match truth {
+            Some(m) => match d.map.insert(key.as_bytes(), m) {
+                None => Change::Inserted,
+                Some(old) if old == m => return Change::Unchanged,
+                Some(_) => Change::Updated,
+            },
+            None => match d.map.remove(key.as_bytes()) {
+                None => return Change::Unchanged,
+                Some(_) => Change::Removed,
+            },
         };
         d.version += 1;
         change
@@ -119,7 +112,6 @@ impl Keyspace {
     pub fn flush(&mut self, db: usize) -> KeyMap {
         let d = self.db_mut(db);
         d.version += 1;
-        d.heap_bytes = 0;
         std::mem::take(&mut d.map)
     }
 
@@ -157,9 +149,7 @@ impl Keyspace {
 
     #[cfg(test)]
     pub fn get(&self, db: usize, key: &[u8]) -> Option<Meta> {
-        self.dbs
-            .get(db)
-            .and_then(|d| d.map.get(&Key::new(key)).copied())
+        self.dbs.get(db).and_then(|d| d.map.get(key))
     }
 
     /// Keys per database (only non-empty ones), for INFO.
@@ -172,24 +162,15 @@ impl Keyspace {
             .collect()
     }
 
-    /// Estimated bytes held by the live index (see [`EST_BYTES_PER_ENTRY`]).
-    pub fn memory_estimate(&self) -> usize {
-        self.dbs
-            .iter()
-            .map(|d| d.map.len() * EST_BYTES_PER_ENTRY + d.heap_bytes)
-            .sum()
+    /// Bytes of the live index's nodes (every database).
+    pub fn live_bytes(&self) -> usize {
+        self.dbs.iter().map(|d| d.map.live_bytes()).sum()
     }
 
     pub fn total_keys(&self) -> usize {
         self.dbs.iter().map(|d| d.map.len()).sum()
     }
 }
-
-/// Estimated bytes the index uses per entry beyond heap-stored key bytes:
-/// the 32-byte (key, meta) slot in a 2 KiB leaf of 62 slots, about 70% full
-/// after random inserts and nearly full after ascending ones (see
-/// [`tree`]), plus a share of the branch levels.
-pub const EST_BYTES_PER_ENTRY: usize = 42;
 
 #[cfg(test)]
 mod tests;

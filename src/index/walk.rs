@@ -34,35 +34,36 @@ pub struct Page {
 pub fn walk(map: &KeyMap, at_ms: i64, after: Option<&Key>, spec: &ScanSpec) -> Page {
     let prefix: &[u8] = spec.pattern.as_ref().map_or(&[], |p| p.prefix());
     let check_glob = spec.pattern.as_ref().filter(|p| !p.matches_all());
-    let prefix_key;
-    let lower: Bound<&Key> = match after {
-        Some(k) if k.as_bytes() >= prefix => Bound::Excluded(k),
+    let lower: Bound<&[u8]> = match after {
+        Some(k) if k.as_bytes() >= prefix => Bound::Excluded(k.as_bytes()),
         _ if prefix.is_empty() => Bound::Unbounded,
-        _ => {
-            prefix_key = Key::new(prefix);
-            Bound::Included(&prefix_key)
-        }
+        _ => Bound::Included(prefix),
     };
     let count = spec.count.max(1);
     let budget = spec.budget.max(1);
     let mut keys = Vec::with_capacity(count.min(1024));
     let mut examined = 0usize;
-    // An empty prefix needs no check at all (and glibc's memcmp on an empty
-    // slice is not free).
-    let mut iter = map
-        .range_from(lower)
-        .take_while(|(k, _)| prefix.is_empty() || k.as_bytes().starts_with(prefix))
-        .peekable();
-    while let Some((k, m)) = iter.next() {
+    let mut iter = map.range_from(lower);
+    while let Some((k, m)) = iter.next_entry() {
+        // An empty prefix needs no check at all (and glibc's memcmp on an
+        // empty slice is not free).
+        if !prefix.is_empty() && !k.starts_with(prefix) {
+            break;
+        }
         examined += 1;
         let wanted = m.alive_at(at_ms)
             && spec.type_filter.is_none_or(|t| t == m.type_id())
-            && check_glob.is_none_or(|p| p.is_match(k.as_bytes()));
+            && check_glob.is_none_or(|p| p.is_match(k));
         if wanted {
-            keys.push(k.clone());
+            keys.push(Key::new(k));
         }
         if keys.len() >= count || examined >= budget {
-            let resume_after = iter.peek().map(|_| k.clone());
+            let last = Key::new(k);
+            // More to come only if a next entry exists within the prefix.
+            let more = iter
+                .next_entry()
+                .is_some_and(|(next, _)| next.starts_with(prefix));
+            let resume_after = more.then_some(last);
             return Page {
                 keys,
                 resume_after,

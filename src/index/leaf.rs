@@ -1,0 +1,693 @@
+//! `Leaf`: the sorted entries of one B+tree leaf, front-coded in one byte
+//! buffer.
+//!
+//! Each entry stores only what differs from the previous key:
+//!
+//! ```text
+//! varint shared   bytes shared with the previous key (0 for the first entry)
+//! varint len      length of the rest of the key
+//! tag             bit 7: has an expiry; bits 0-6: type id (0x7f: the id follows)
+//! [type id]       only when the id is 0x7f or more
+//! [expiry]        7 bytes, little-endian (`Meta`'s 56-bit field), only with bit 7
+//! suffix          the rest of the key
+//! ```
+//!
+//! Typical keys (`user:1234:item:5`) share most of their bytes with their
+//! neighbour and a key without expiry pays one tag byte for its metadata, so
+//! an entry is a few bytes plus what is new in its key. A lookup scans the
+//! entries in order and, thanks to the shared lengths, compares only the
+//! bytes that can decide (see [`Leaf::find`]): a leaf is at most
+//! [`LEAF_MAX`] bytes, a few cache lines read front to back.
+//!
+//! The buffer is sized to allocator size classes, never doubled, so a leaf
+//! costs what it holds. Every buffer's capacity is counted in
+//! [`node_bytes`] (all versions, live and pinned by snapshots).
+//!
+//! Locking: none; a `Leaf` is plain data owned by one tree node.
+
+use super::meta::{Meta, TypeId};
+use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Encoded bytes past which a leaf splits.
+pub const LEAF_MAX: usize = 1024;
+/// Under this many bytes a leaf merges with a neighbour that has room.
+pub const LEAF_MIN: usize = LEAF_MAX / 4;
+
+static NODE_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// Bytes held by every tree node alive, in every version: leaf buffers and
+/// fixed node parts (see `tree`).
+pub fn node_bytes() -> usize {
+    NODE_BYTES.load(Ordering::Relaxed)
+}
+
+pub(super) fn count_bytes(add: usize, sub: usize) {
+    if add > sub {
+        NODE_BYTES.fetch_add(add - sub, Ordering::Relaxed);
+    } else if sub > add {
+        NODE_BYTES.fetch_sub(sub - add, Ordering::Relaxed);
+    }
+}
+
+/// The capacity to allocate for `n` bytes: the allocator size class that
+/// holds them (four classes per power of two, as jemalloc's), so growing
+/// a leaf byte by byte reallocates rarely and wastes no more than the
+/// allocator would anyway.
+fn size_class(n: usize) -> usize {
+    if n <= 64 {
+        return n.div_ceil(16) * 16;
+    }
+    let step = (n.next_power_of_two() / 8).max(16);
+    n.div_ceil(step) * step
+}
+
+#[inline]
+fn put_varint(out: &mut Vec<u8>, mut v: usize) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+#[inline]
+fn get_varint(buf: &[u8], off: &mut usize) -> usize {
+    let mut v = 0usize;
+    let mut shift = 0;
+    while let Some(&b) = buf.get(*off) {
+        *off += 1;
+        v |= ((b & 0x7f) as usize) << shift;
+        if b < 0x80 || shift > 56 {
+            break;
+        }
+        shift += 7;
+    }
+    v
+}
+
+const HAS_EXPIRY: u8 = 0x80;
+const TYPE_ESCAPE: u8 = 0x7f;
+const EXPIRY_BYTES: usize = 7;
+
+/// Appends one encoded entry.
+fn encode(out: &mut Vec<u8>, shared: usize, suffix: &[u8], meta: Meta) {
+    put_varint(out, shared);
+    put_varint(out, suffix.len());
+    encode_meta(out, meta);
+    out.extend_from_slice(suffix);
+}
+
+fn encode_meta(out: &mut Vec<u8>, meta: Meta) {
+    let ty: TypeId = meta.type_id();
+    let raw = meta.raw_expire();
+    let mut tag = ty.min(TYPE_ESCAPE);
+    if raw != 0 {
+        tag |= HAS_EXPIRY;
+    }
+    out.push(tag);
+    if ty >= TYPE_ESCAPE {
+        out.push(ty);
+    }
+    if raw != 0 {
+        out.extend_from_slice(&raw.to_le_bytes()[..EXPIRY_BYTES]);
+    }
+}
+
+/// One decoded entry header.
+#[derive(Clone, Copy, Debug)]
+struct Hdr {
+    shared: usize,
+    /// Where the suffix starts.
+    body: usize,
+    /// Where the entry ends.
+    end: usize,
+    meta: Meta,
+}
+
+impl Hdr {
+    #[inline]
+    fn suffix<'a>(&self, buf: &'a [u8]) -> &'a [u8] {
+        buf.get(self.body..self.end).unwrap_or(&[])
+    }
+}
+
+#[inline]
+fn hdr(buf: &[u8], off: usize) -> Hdr {
+    let mut o = off;
+    let shared = get_varint(buf, &mut o);
+    let slen = get_varint(buf, &mut o);
+    let tag = buf.get(o).copied().unwrap_or(0);
+    o += 1;
+    let mut ty = tag & TYPE_ESCAPE;
+    if ty == TYPE_ESCAPE {
+        ty = buf.get(o).copied().unwrap_or(TYPE_ESCAPE);
+        o += 1;
+    }
+    let mut raw = 0u64;
+    if tag & HAS_EXPIRY != 0 {
+        let mut b = [0u8; 8];
+        if let Some(src) = buf.get(o..o + EXPIRY_BYTES) {
+            b[..EXPIRY_BYTES].copy_from_slice(src);
+        }
+        raw = u64::from_le_bytes(b);
+        o += EXPIRY_BYTES;
+    }
+    Hdr {
+        shared,
+        body: o,
+        end: o + slen,
+        meta: Meta::from_raw(ty, raw),
+    }
+}
+
+/// Length of the common prefix of `a` and `b`, eight bytes at a time.
+#[inline]
+pub fn lcp(a: &[u8], b: &[u8]) -> usize {
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    while i + 8 <= n {
+        let (Some(x), Some(y)) = (a[i..].first_chunk::<8>(), b[i..].first_chunk::<8>()) else {
+            break;
+        };
+        let d = u64::from_le_bytes(*x) ^ u64::from_le_bytes(*y);
+        if d != 0 {
+            return i + (d.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while i < n && a[i] == b[i] {
+        i += 1;
+    }
+    i
+}
+
+/// Where a key is, or would go, in a leaf.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Probe {
+    pub found: bool,
+    /// Index of the entry found, or of the first greater one.
+    pub idx: usize,
+    /// Byte offset of that entry (the buffer's length if there is none).
+    off: usize,
+    /// Common prefix of the key and the entry before `off` (0 if none).
+    lcp_prev: usize,
+    /// Common prefix of the key and the entry at `off` (when not found).
+    lcp_next: usize,
+}
+
+/// Sorted entries, front-coded (see the module docs).
+#[derive(Default)]
+pub struct Leaf {
+    buf: Vec<u8>,
+    len: u32,
+}
+
+impl Clone for Leaf {
+    /// A copy holds exactly its bytes (copy-on-write copies pinned by a
+    /// snapshot cost what they hold).
+    fn clone(&self) -> Self {
+        let mut buf = Vec::with_capacity(size_class(self.buf.len()));
+        buf.extend_from_slice(&self.buf);
+        count_bytes(buf.capacity(), 0);
+        Leaf { buf, len: self.len }
+    }
+}
+
+impl Drop for Leaf {
+    fn drop(&mut self) {
+        count_bytes(0, self.buf.capacity());
+    }
+}
+
+impl Leaf {
+    /// A leaf holding one entry.
+    pub fn with(key: &[u8], meta: Meta) -> Leaf {
+        let mut l = Leaf::default();
+        let mut e = Vec::with_capacity(key.len() + 16);
+        encode(&mut e, 0, key, meta);
+        l.splice(0..0, &e);
+        l.len = 1;
+        l
+    }
+
+    /// Entries.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Encoded bytes.
+    pub fn encoded_len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Heap bytes of the buffer.
+    pub fn capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+
+    /// Replaces `range` of the buffer, growing it to a size class (never by
+    /// doubling) and shrinking it when it holds far less than it could.
+    fn splice(&mut self, range: Range<usize>, with: &[u8]) {
+        let before = self.buf.capacity();
+        let new_len = self.buf.len() - range.len() + with.len();
+        if new_len > before {
+            self.buf.reserve_exact(size_class(new_len) - self.buf.len());
+        }
+        if range.len() == with.len() {
+            if let Some(dst) = self.buf.get_mut(range) {
+                dst.copy_from_slice(with);
+            }
+        } else {
+            self.buf.splice(range, with.iter().copied());
+        }
+        let want = size_class(self.buf.len());
+        if self.buf.capacity() > want + want / 4 + 64 {
+            self.buf.shrink_to(want);
+        }
+        count_bytes(self.buf.capacity(), before);
+    }
+
+    /// Finds `key`: scans the entries in order and compares only where the
+    /// shared lengths cannot decide. Keeps `matched`, the common prefix of
+    /// `key` and the last entry passed (smaller than `key`): an entry that
+    /// shares more than that with its predecessor is smaller too, one that
+    /// shares less is greater; only one sharing exactly `matched` bytes
+    /// needs its suffix compared.
+    pub fn find(&self, key: &[u8]) -> Probe {
+        let buf = &self.buf[..];
+        let (mut off, mut idx, mut matched) = (0usize, 0usize, 0usize);
+        while off < buf.len() {
+            let h = hdr(buf, off);
+            if h.shared > matched {
+                off = h.end;
+                idx += 1;
+                continue;
+            }
+            let miss = |lcp_next| Probe {
+                found: false,
+                idx,
+                off,
+                lcp_prev: matched,
+                lcp_next,
+            };
+            if h.shared < matched {
+                return miss(h.shared);
+            }
+            let suffix = h.suffix(buf);
+            let rest = key.get(matched..).unwrap_or(&[]);
+            let l = lcp(suffix, rest);
+            if l == suffix.len() {
+                if l == rest.len() {
+                    return Probe {
+                        found: true,
+                        idx,
+                        off,
+                        lcp_prev: matched,
+                        lcp_next: 0,
+                    };
+                }
+                // The entry is a prefix of `key`: smaller.
+            } else if l == rest.len() || suffix[l] > rest[l] {
+                return miss(matched + l);
+            }
+            matched += l;
+            off = h.end;
+            idx += 1;
+        }
+        Probe {
+            found: false,
+            idx,
+            off,
+            lcp_prev: matched,
+            lcp_next: 0,
+        }
+    }
+
+    pub fn get(&self, key: &[u8]) -> Option<Meta> {
+        let p = self.find(key);
+        p.found.then(|| hdr(&self.buf, p.off).meta)
+    }
+
+    /// The metadata of the entry `p` found.
+    pub fn meta_at(&self, p: &Probe) -> Meta {
+        hdr(&self.buf, p.off).meta
+    }
+
+    /// Whether `p` points past the last entry.
+    pub fn at_end(&self, p: &Probe) -> bool {
+        p.off >= self.buf.len()
+    }
+
+    /// Sets the metadata of the entry `p` found.
+    pub fn set_meta(&mut self, p: &Probe, meta: Meta) {
+        let h = hdr(&self.buf, p.off);
+        let mut head = Vec::with_capacity(16);
+        put_varint(&mut head, h.shared);
+        put_varint(&mut head, h.end - h.body);
+        encode_meta(&mut head, meta);
+        self.splice(p.off..h.body, &head);
+    }
+
+    /// Inserts `key` where `p` (a probe for `key` that did not find it)
+    /// says: the new entry shares `lcp_prev` bytes with its predecessor, and
+    /// its successor now shares `lcp_next` bytes with it (never fewer than
+    /// before, so the successor only drops bytes from its suffix).
+    pub fn insert_at(&mut self, p: &Probe, key: &[u8], meta: Meta) {
+        let mut new = Vec::with_capacity(key.len() - p.lcp_prev + 24);
+        encode(&mut new, p.lcp_prev, &key[p.lcp_prev..], meta);
+        let mut end = p.off;
+        if p.off < self.buf.len() {
+            let h = hdr(&self.buf, p.off);
+            if p.lcp_next > h.shared {
+                let drop = p.lcp_next - h.shared;
+                let suffix = h.suffix(&self.buf).get(drop..).unwrap_or(&[]);
+                encode(&mut new, p.lcp_next, suffix, h.meta);
+                end = h.end;
+            }
+        }
+        self.splice(p.off..end, &new);
+        self.len += 1;
+    }
+
+    /// Removes the entry `p` found; returns its metadata. Its successor
+    /// takes over the bytes it shared through it.
+    pub fn remove_at(&mut self, p: &Probe) -> Meta {
+        let h = hdr(&self.buf, p.off);
+        let mut new = Vec::new();
+        let mut end = h.end;
+        if h.end < self.buf.len() {
+            let n = hdr(&self.buf, h.end);
+            if n.shared > h.shared {
+                let mut suffix = Vec::with_capacity(n.end - n.body + n.shared - h.shared);
+                suffix.extend_from_slice(&h.suffix(&self.buf)[..n.shared - h.shared]);
+                suffix.extend_from_slice(n.suffix(&self.buf));
+                encode(&mut new, h.shared, &suffix, n.meta);
+                end = n.end;
+            }
+        }
+        self.splice(p.off..end, &new);
+        self.len -= 1;
+        h.meta
+    }
+
+    /// The first key (stored whole).
+    pub fn first_key(&self) -> &[u8] {
+        if self.buf.is_empty() {
+            return &[];
+        }
+        hdr(&self.buf, 0).suffix(&self.buf)
+    }
+
+    /// The last key, decoded.
+    pub fn last_key(&self) -> Vec<u8> {
+        let mut key = Vec::new();
+        let mut off = 0;
+        while off < self.buf.len() {
+            off = step(&self.buf, off, &mut key).0;
+        }
+        key
+    }
+
+    /// Moves the entries from index `at` (`0 < at < len`) into a new leaf.
+    /// Returns it and the last key left here.
+    pub fn split_off(&mut self, at: usize) -> (Leaf, Vec<u8>) {
+        let mut key = Vec::new();
+        let mut off = 0;
+        for _ in 0..at {
+            off = step(&self.buf, off, &mut key).0;
+        }
+        let last_left = key.clone();
+        let h = hdr(&self.buf, off);
+        key.truncate(h.shared);
+        key.extend_from_slice(h.suffix(&self.buf));
+        let mut right_buf = Vec::with_capacity(size_class(self.buf.len() - off + h.shared));
+        encode(&mut right_buf, 0, &key, h.meta);
+        right_buf.extend_from_slice(&self.buf[h.end..]);
+        let mut right = Leaf::default();
+        right.splice(0..0, &right_buf);
+        right.len = self.len - at as u32;
+        self.len = at as u32;
+        let len = self.buf.len();
+        self.splice(off..len, &[]);
+        (right, last_left)
+    }
+
+    /// The index that splits the encoded bytes about in half (at least one
+    /// entry on each side; needs two entries).
+    pub fn middle(&self) -> usize {
+        let half = self.buf.len() / 2;
+        let (mut off, mut idx) = (0, 0);
+        let mut key = Vec::new();
+        while off < half && idx + 1 < self.len() {
+            off = step(&self.buf, off, &mut key).0;
+            idx += 1;
+        }
+        idx.max(1)
+    }
+
+    /// Appends every entry of `right` (all greater than ours).
+    pub fn append(&mut self, right: &Leaf) {
+        if right.is_empty() {
+            return;
+        }
+        if self.is_empty() {
+            let len = self.buf.len();
+            self.splice(0..len, &right.buf);
+            self.len = right.len;
+            return;
+        }
+        let last = self.last_key();
+        let h = hdr(&right.buf, 0);
+        let first = h.suffix(&right.buf);
+        let shared = lcp(&last, first);
+        let mut tail = Vec::with_capacity(right.buf.len());
+        encode(&mut tail, shared, &first[shared..], h.meta);
+        tail.extend_from_slice(&right.buf[h.end..]);
+        let len = self.buf.len();
+        self.splice(len..len, &tail);
+        self.len += right.len;
+    }
+
+    /// Positions a reader at the first entry `>= key` (`inclusive`) or
+    /// `> key`: returns the byte offset to read from and sets `prev` to the
+    /// prefix the entry there is coded against.
+    pub fn seek(&self, key: &[u8], inclusive: bool, prev: &mut Vec<u8>) -> usize {
+        let p = self.find(key);
+        prev.clear();
+        prev.extend_from_slice(key);
+        if p.found && !inclusive {
+            hdr(&self.buf, p.off).end
+        } else {
+            // The entry at `p.off` shares its first `shared` bytes with
+            // `key` (see `find`), so `key` serves as its predecessor.
+            p.off
+        }
+    }
+
+    /// Reads the entry at `off` into `key` (which holds the previous key);
+    /// returns its metadata and the next offset, or `None` at the end.
+    #[inline]
+    pub fn read(&self, off: usize, key: &mut Vec<u8>) -> Option<(usize, Meta)> {
+        (off < self.buf.len()).then(|| step(&self.buf, off, key))
+    }
+
+    /// All entries, decoded (tests).
+    #[cfg(test)]
+    pub fn entries(&self) -> Vec<(Vec<u8>, Meta)> {
+        let mut out = Vec::new();
+        let mut key = Vec::new();
+        let mut off = 0;
+        while let Some((next, m)) = self.read(off, &mut key) {
+            out.push((key.clone(), m));
+            off = next;
+        }
+        out
+    }
+}
+
+/// Decodes the entry at `off` over `key`; returns the next offset and the
+/// entry's metadata.
+#[inline]
+fn step(buf: &[u8], off: usize, key: &mut Vec<u8>) -> (usize, Meta) {
+    let h = hdr(buf, off);
+    key.truncate(h.shared);
+    key.extend_from_slice(h.suffix(buf));
+    (h.end, h.meta)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::meta::{HASH, STRING};
+    use proptest::prelude::*;
+    use rstest::rstest;
+    use std::collections::BTreeMap;
+
+    fn build(keys: &[&[u8]]) -> Leaf {
+        let mut l = Leaf::default();
+        for k in keys {
+            let p = l.find(k);
+            assert!(!p.found);
+            l.insert_at(&p, k, Meta::new(STRING, None));
+        }
+        l
+    }
+
+    #[rstest]
+    #[case(0, 0)]
+    #[case(1, 16)]
+    #[case(64, 64)]
+    #[case(65, 80)]
+    #[case(129, 160)]
+    #[case(1000, 1024)]
+    #[case(1025, 1280)]
+    fn size_classes(#[case] n: usize, #[case] class: usize) {
+        assert_eq!(size_class(n), class);
+    }
+
+    #[rstest]
+    #[case(0)]
+    #[case(127)]
+    #[case(128)]
+    #[case(300)]
+    #[case(1 << 40)]
+    fn varints_round_trip(#[case] v: usize) {
+        let mut b = Vec::new();
+        put_varint(&mut b, v);
+        let mut off = 0;
+        assert_eq!(get_varint(&b, &mut off), v);
+        assert_eq!(off, b.len());
+    }
+
+    #[rstest]
+    #[case(STRING, None)]
+    #[case(HASH, Some(1_700_000_000_123))]
+    #[case(0x7e, None)]
+    #[case(0x7f, Some(0))]
+    #[case(0xff, Some(i64::MAX / 4096))]
+    fn metas_round_trip(#[case] ty: TypeId, #[case] exp: Option<i64>) {
+        let m = Meta::new(ty, exp);
+        let l = Leaf::with(b"k", m);
+        assert_eq!(l.get(b"k"), Some(m));
+        assert_eq!(l.entries(), vec![(b"k".to_vec(), m)]);
+    }
+
+    #[test]
+    fn a_sequential_key_costs_a_few_bytes() {
+        let keys: Vec<Vec<u8>> = (0..60)
+            .map(|i| format!("key:{i:012}").into_bytes())
+            .collect();
+        let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+        let l = build(&refs);
+        // 16 bytes whole for the first, then shared + len + tag + 1-2 bytes.
+        assert!(l.encoded_len() <= 19 + 59 * 5, "{}", l.encoded_len());
+    }
+
+    #[rstest]
+    #[case(&["b", "a"], "ab", false)]
+    #[case(&["abc", "abd"], "ab", false)]
+    #[case(&["ab", "abc"], "abc", true)]
+    #[case(&["ab", "abcd"], "abc", false)]
+    #[case(&["a", "b"], "", false)]
+    #[case(&["", "a"], "", true)]
+    fn finds_like_a_sorted_list(#[case] keys: &[&str], #[case] key: &str, #[case] found: bool) {
+        let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
+        let key = key.as_bytes();
+        let l = build(&keys);
+        let p = l.find(key);
+        assert_eq!(p.found, found);
+        let mut sorted: Vec<&[u8]> = keys.to_vec();
+        sorted.sort();
+        assert_eq!(p.idx, sorted.partition_point(|k| *k < key));
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Put(Vec<u8>, u8, Option<i64>),
+        Del(Vec<u8>),
+        Split(usize),
+    }
+
+    fn key() -> impl Strategy<Value = Vec<u8>> {
+        // Few distinct bytes: long shared prefixes, prefixes of each other.
+        proptest::collection::vec(
+            prop_oneof![Just(b'a'), Just(b'b'), Just(0u8), Just(0xff)],
+            0..12,
+        )
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            5 => (key(), any::<u8>(), proptest::option::of(0i64..1 << 50)).prop_map(|(k, t, e)| Op::Put(k, t, e)),
+            3 => key().prop_map(Op::Del),
+            1 => (0usize..100).prop_map(Op::Split),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        /// Put, delete, split and re-append against a BTreeMap.
+        #[test]
+        fn behaves_like_btreemap(ops in proptest::collection::vec(op(), 1..200)) {
+            let mut l = Leaf::default();
+            let mut model: BTreeMap<Vec<u8>, Meta> = BTreeMap::new();
+            for o in ops {
+                match o {
+                    Op::Put(k, t, e) => {
+                        let m = Meta::new(t, e);
+                        let p = l.find(&k);
+                        prop_assert_eq!(p.found, model.contains_key(&k));
+                        prop_assert_eq!(p.idx, model.range::<Vec<u8>, _>(..&k).count());
+                        if p.found { l.set_meta(&p, m) } else { l.insert_at(&p, &k, m) }
+                        model.insert(k, m);
+                    }
+                    Op::Del(k) => {
+                        let p = l.find(&k);
+                        let old = model.remove(&k);
+                        prop_assert_eq!(p.found.then(|| l.remove_at(&p)), old);
+                    }
+                    Op::Split(at) => {
+                        if l.len() >= 2 {
+                            let at = 1 + at % (l.len() - 1);
+                            let (right, last) = l.split_off(at);
+                            prop_assert_eq!(Some(last), l.entries().last().map(|e| e.0.clone()));
+                            prop_assert_eq!(right.len() + l.len(), model.len());
+                            l.append(&right);
+                        }
+                    }
+                }
+                let want: Vec<(Vec<u8>, Meta)> = model.iter().map(|(k, v)| (k.clone(), *v)).collect();
+                prop_assert_eq!(l.entries(), want);
+                prop_assert_eq!(l.len(), model.len());
+                if let Some((k, _)) = model.iter().next() {
+                    prop_assert_eq!(l.first_key(), &k[..]);
+                }
+            }
+            // Seeks: every key and every position between keys.
+            for probe in model.keys().cloned().chain([vec![], vec![b'a'], vec![0xff, 0xff]]) {
+                for inclusive in [true, false] {
+                    let mut key = Vec::new();
+                    let mut off = l.seek(&probe, inclusive, &mut key);
+                    let mut got = Vec::new();
+                    while let Some((next, _)) = l.read(off, &mut key) {
+                        got.push(key.clone());
+                        off = next;
+                    }
+                    let want: Vec<Vec<u8>> = model.keys().filter(|k| if inclusive { **k >= probe } else { **k > probe }).cloned().collect();
+                    prop_assert_eq!(got, want);
+                }
+            }
+        }
+
+        #[test]
+        fn lcp_is_the_common_prefix(a in proptest::collection::vec(0u8..3, 0..40), b in proptest::collection::vec(0u8..3, 0..40)) {
+            let want = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+            prop_assert_eq!(lcp(&a, &b), want);
+        }
+    }
+}
