@@ -14,10 +14,12 @@
 //!
 //! Typical keys (`user:1234:item:5`) share most of their bytes with their
 //! neighbour and a key without expiry pays one tag byte for its metadata, so
-//! an entry is a few bytes plus what is new in its key. A lookup scans the
-//! entries in order and, thanks to the shared lengths, compares only the
-//! bytes that can decide (see [`Leaf::find`]): a leaf is at most
-//! [`LEAF_MAX`] bytes, a few cache lines read front to back.
+//! an entry is a few bytes plus what is new in its key.
+//!
+//! *Restart points*: some entries are stored whole (shared = 0), at most
+//! about [`RUN_MAX`] bytes apart, and the leaf keeps their offsets. A lookup
+//! binary-searches them, then scans one run and, thanks to the shared
+//! lengths, compares only the bytes that can decide (see [`Leaf::find`]).
 //!
 //! The buffer is sized to allocator size classes, never doubled, so a leaf
 //! costs what it holds. Every buffer's capacity is counted in
@@ -26,6 +28,7 @@
 //! Locking: none; a `Leaf` is plain data owned by one tree node.
 
 use super::meta::{Meta, TypeId};
+use arrayvec::ArrayVec;
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -33,6 +36,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 pub const LEAF_MAX: usize = 1024;
 /// Under this many bytes a leaf merges with a neighbour that has room.
 pub const LEAF_MIN: usize = LEAF_MAX / 4;
+/// A run of entries between two restart points longer than this gets a
+/// restart point in its middle.
+pub const RUN_MAX: usize = 128;
+/// Restart points a leaf keeps at most (more are not needed to bound runs
+/// in a leaf of [`LEAF_MAX`] bytes; past it runs just grow).
+const RESTARTS: usize = 16;
 
 static NODE_BYTES: AtomicUsize = AtomicUsize::new(0);
 
@@ -186,10 +195,11 @@ pub fn lcp(a: &[u8], b: &[u8]) -> usize {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Probe {
     pub found: bool,
-    /// Index of the entry found, or of the first greater one.
-    pub idx: usize,
-    /// Byte offset of that entry (the buffer's length if there is none).
+    /// Byte offset of the entry found, or of the first greater one (the
+    /// buffer's length if there is none).
     off: usize,
+    /// The restart point (index) whose run the search scanned.
+    run: usize,
     /// Common prefix of the key and the entry before `off` (0 if none).
     lcp_prev: usize,
     /// Common prefix of the key and the entry at `off` (when not found).
@@ -201,6 +211,9 @@ pub struct Probe {
 pub struct Leaf {
     buf: Vec<u8>,
     len: u32,
+    /// Offsets of entries stored whole, ascending; the first is 0 when the
+    /// leaf is not empty.
+    restarts: ArrayVec<u16, RESTARTS>,
 }
 
 impl Clone for Leaf {
@@ -210,7 +223,11 @@ impl Clone for Leaf {
         let mut buf = Vec::with_capacity(size_class(self.buf.len()));
         buf.extend_from_slice(&self.buf);
         count_bytes(buf.capacity(), 0);
-        Leaf { buf, len: self.len }
+        Leaf {
+            buf,
+            len: self.len,
+            restarts: self.restarts.clone(),
+        }
     }
 }
 
@@ -228,6 +245,7 @@ impl Leaf {
         encode(&mut e, 0, key, meta);
         l.splice(0..0, &e);
         l.len = 1;
+        l.restarts.push(0);
         l
     }
 
@@ -272,26 +290,30 @@ impl Leaf {
         count_bytes(self.buf.capacity(), before);
     }
 
-    /// Finds `key`: scans the entries in order and compares only where the
-    /// shared lengths cannot decide. Keeps `matched`, the common prefix of
-    /// `key` and the last entry passed (smaller than `key`): an entry that
-    /// shares more than that with its predecessor is smaller too, one that
-    /// shares less is greater; only one sharing exactly `matched` bytes
-    /// needs its suffix compared.
+    /// Finds `key`: binary-searches the restart points for the last one
+    /// not greater than `key`, then scans its run. The scan keeps
+    /// `matched`, the common prefix of `key` and the last entry passed
+    /// (smaller than `key`): an entry that shares more than that with its
+    /// predecessor is smaller too, one that shares less is greater; only one
+    /// sharing exactly `matched` bytes needs its suffix compared.
     pub fn find(&self, key: &[u8]) -> Probe {
         let buf = &self.buf[..];
-        let (mut off, mut idx, mut matched) = (0usize, 0usize, 0usize);
+        let run = self
+            .restarts
+            .partition_point(|&o| hdr(buf, o as usize).suffix(buf) <= key)
+            .saturating_sub(1);
+        let mut off = self.restarts.get(run).map_or(0, |&o| o as usize);
+        let mut matched = 0usize;
         while off < buf.len() {
             let h = hdr(buf, off);
             if h.shared > matched {
                 off = h.end;
-                idx += 1;
                 continue;
             }
             let miss = |lcp_next| Probe {
                 found: false,
-                idx,
                 off,
+                run,
                 lcp_prev: matched,
                 lcp_next,
             };
@@ -305,8 +327,8 @@ impl Leaf {
                 if l == rest.len() {
                     return Probe {
                         found: true,
-                        idx,
                         off,
+                        run,
                         lcp_prev: matched,
                         lcp_next: 0,
                     };
@@ -317,15 +339,112 @@ impl Leaf {
             }
             matched += l;
             off = h.end;
-            idx += 1;
         }
         Probe {
             found: false,
-            idx,
             off,
+            run,
             lcp_prev: matched,
             lcp_next: 0,
         }
+    }
+
+    /// Moves the restart points after `from` by `delta` bytes (an edit
+    /// there changed the length of what precedes them); drops duplicates and
+    /// points past the end.
+    fn shift_restarts(&mut self, from: usize, delta: isize) {
+        let len = self.buf.len();
+        let mut last = None;
+        self.restarts.retain(|o| {
+            let at = if *o as usize > from {
+                *o as isize + delta
+            } else {
+                *o as isize
+            };
+            // Offsets past u16 are not kept (a leaf that large holds a few
+            // huge keys: its runs are short in entries anyway).
+            let Ok(at) = u16::try_from(at) else {
+                return false;
+            };
+            let keep = (at as usize) < len && last != Some(at);
+            *o = at;
+            last = Some(at);
+            keep
+        });
+    }
+
+    /// Gives the run of restart point `run` a restart point in its middle
+    /// if it has grown past [`RUN_MAX`] bytes: the entry there is rewritten
+    /// whole.
+    fn bound_run(&mut self, run: usize) {
+        let Some(&start) = self.restarts.get(run) else {
+            return;
+        };
+        let start = start as usize;
+        let end = self
+            .restarts
+            .get(run + 1)
+            .map_or(self.buf.len(), |&o| o as usize);
+        if end - start <= RUN_MAX || self.restarts.is_full() {
+            return;
+        }
+        let mut key = Vec::new();
+        let mut off = step(&self.buf, start, &mut key).0;
+        let mid = start + (end - start) / 2;
+        while off < mid {
+            off = step(&self.buf, off, &mut key).0;
+        }
+        if off >= end || off > u16::MAX as usize {
+            return;
+        }
+        let h = hdr(&self.buf, off);
+        key.truncate(h.shared);
+        key.extend_from_slice(h.suffix(&self.buf));
+        let mut whole = Vec::with_capacity(key.len() + 16);
+        encode(&mut whole, 0, &key, h.meta);
+        let delta = whole.len() as isize - (h.end - off) as isize;
+        self.splice(off..h.end, &whole);
+        self.shift_restarts(off, delta);
+        self.restarts.insert(run + 1, off as u16);
+    }
+
+    /// Rebuilds the restart points of a leaf whose buffer was rewritten
+    /// (split or merged): the first entry stays whole, and entries are
+    /// re-encoded whole about every [`RUN_MAX`] `* 3 / 4` bytes.
+    fn reindex(&mut self) {
+        let entries = {
+            let mut out = Vec::with_capacity(self.len());
+            let mut key = Vec::new();
+            let mut off = 0;
+            while off < self.buf.len() {
+                let (next, m) = step(&self.buf, off, &mut key);
+                out.push((key.clone(), m));
+                off = next;
+            }
+            out
+        };
+        let mut buf = Vec::with_capacity(self.buf.len() + 64);
+        let mut restarts = ArrayVec::new();
+        let mut run_start = 0;
+        let mut prev: &[u8] = &[];
+        for (i, (k, m)) in entries.iter().enumerate() {
+            let restart = i == 0
+                || (buf.len() - run_start >= RUN_MAX * 3 / 4
+                    && !restarts.is_full()
+                    && buf.len() <= u16::MAX as usize);
+            if restart {
+                run_start = buf.len();
+                restarts.push(buf.len() as u16);
+                encode(&mut buf, 0, k, *m);
+            } else {
+                let shared = lcp(prev, k);
+                encode(&mut buf, shared, &k[shared..], *m);
+            }
+            prev = k;
+        }
+        let len = self.buf.len();
+        self.splice(0..len, &buf);
+        self.restarts = restarts;
     }
 
     pub fn get(&self, key: &[u8]) -> Option<Meta> {
@@ -350,18 +469,23 @@ impl Leaf {
         put_varint(&mut head, h.shared);
         put_varint(&mut head, h.end - h.body);
         encode_meta(&mut head, meta);
+        let delta = head.len() as isize - (h.body - p.off) as isize;
         self.splice(p.off..h.body, &head);
+        self.shift_restarts(p.off, delta);
     }
 
     /// Inserts `key` where `p` (a probe for `key` that did not find it)
     /// says: the new entry shares `lcp_prev` bytes with its predecessor, and
     /// its successor now shares `lcp_next` bytes with it (never fewer than
-    /// before, so the successor only drops bytes from its suffix).
+    /// before, so the successor only drops bytes from its suffix), unless
+    /// the successor is a restart point, which stays whole.
     pub fn insert_at(&mut self, p: &Probe, key: &[u8], meta: Meta) {
         let mut new = Vec::with_capacity(key.len() - p.lcp_prev + 24);
         encode(&mut new, p.lcp_prev, &key[p.lcp_prev..], meta);
         let mut end = p.off;
-        if p.off < self.buf.len() {
+        let next_is_restart =
+            p.off > 0 && u16::try_from(p.off).is_ok_and(|o| self.restarts.contains(&o));
+        if p.off < self.buf.len() && !next_is_restart {
             let h = hdr(&self.buf, p.off);
             if p.lcp_next > h.shared {
                 let drop = p.lcp_next - h.shared;
@@ -370,8 +494,16 @@ impl Leaf {
                 end = h.end;
             }
         }
+        let delta = new.len() as isize - (end - p.off) as isize;
         self.splice(p.off..end, &new);
         self.len += 1;
+        if self.restarts.is_empty() {
+            self.restarts.push(0);
+        }
+        // Restart points at or after the insertion moved (0 stays: the
+        // new first entry is whole).
+        self.shift_restarts(p.off.saturating_sub(1), delta);
+        self.bound_run(p.run);
     }
 
     /// Removes the entry `p` found; returns its metadata. Its successor
@@ -390,8 +522,10 @@ impl Leaf {
                 end = n.end;
             }
         }
+        let delta = new.len() as isize - (end - p.off) as isize;
         self.splice(p.off..end, &new);
         self.len -= 1;
+        self.shift_restarts(p.off, delta);
         h.meta
     }
 
@@ -431,9 +565,14 @@ impl Leaf {
         let mut right = Leaf::default();
         right.splice(0..0, &right_buf);
         right.len = self.len - at as u32;
+        right.reindex();
         self.len = at as u32;
         let len = self.buf.len();
         self.splice(off..len, &[]);
+        self.restarts.retain(|o| (*o as usize) < off);
+        if self.restarts.is_empty() && !self.buf.is_empty() {
+            self.restarts.push(0);
+        }
         (right, last_left)
     }
 
@@ -459,6 +598,7 @@ impl Leaf {
             let len = self.buf.len();
             self.splice(0..len, &right.buf);
             self.len = right.len;
+            self.restarts = right.restarts.clone();
             return;
         }
         let last = self.last_key();
@@ -471,6 +611,7 @@ impl Leaf {
         let len = self.buf.len();
         self.splice(len..len, &tail);
         self.len += right.len;
+        self.reindex();
     }
 
     /// Positions a reader at the first entry `>= key` (`inclusive`) or
@@ -494,6 +635,33 @@ impl Leaf {
     #[inline]
     pub fn read(&self, off: usize, key: &mut Vec<u8>) -> Option<(usize, Meta)> {
         (off < self.buf.len()).then(|| step(&self.buf, off, key))
+    }
+
+    /// Checks the restart points (tests): each at an entry stored whole,
+    /// ascending, the first at 0, no run over [`RUN_MAX`] bytes unless the
+    /// list is full.
+    #[cfg(test)]
+    pub fn check_restarts(&self) {
+        if self.buf.is_empty() {
+            return;
+        }
+        assert_eq!(self.restarts.first(), Some(&0));
+        assert!(self.restarts.windows(2).all(|w| w[0] < w[1]));
+        let mut key = Vec::new();
+        let mut off = 0;
+        let mut starts = Vec::new();
+        while off < self.buf.len() {
+            starts.push(off as u16);
+            off = step(&self.buf, off, &mut key).0;
+        }
+        for r in &self.restarts {
+            assert!(starts.contains(r), "restart {r} not at an entry");
+            assert_eq!(
+                hdr(&self.buf, *r as usize).shared,
+                0,
+                "restart {r} not whole"
+            );
+        }
     }
 
     /// All entries, decoded (tests).
@@ -603,7 +771,13 @@ mod tests {
         assert_eq!(p.found, found);
         let mut sorted: Vec<&[u8]> = keys.to_vec();
         sorted.sort();
-        assert_eq!(p.idx, sorted.partition_point(|k| *k < key));
+        let before = sorted.partition_point(|k| *k < key);
+        let mut k = Vec::new();
+        let mut off = 0;
+        for _ in 0..before {
+            off = l.read(off, &mut k).map_or(off, |(next, _)| next);
+        }
+        assert_eq!(p.off, off);
     }
 
     #[derive(Debug, Clone)]
@@ -642,7 +816,6 @@ mod tests {
                         let m = Meta::new(t, e);
                         let p = l.find(&k);
                         prop_assert_eq!(p.found, model.contains_key(&k));
-                        prop_assert_eq!(p.idx, model.range::<Vec<u8>, _>(..&k).count());
                         if p.found { l.set_meta(&p, m) } else { l.insert_at(&p, &k, m) }
                         model.insert(k, m);
                     }
@@ -663,6 +836,7 @@ mod tests {
                 }
                 let want: Vec<(Vec<u8>, Meta)> = model.iter().map(|(k, v)| (k.clone(), *v)).collect();
                 prop_assert_eq!(l.entries(), want);
+                l.check_restarts();
                 prop_assert_eq!(l.len(), model.len());
                 if let Some((k, _)) = model.iter().next() {
                     prop_assert_eq!(l.first_key(), &k[..]);

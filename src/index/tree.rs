@@ -34,6 +34,11 @@ use std::sync::Arc;
 
 pub use super::leaf::node_bytes;
 
+/// Bytes of every tree node alive, in every version (same as [`node_bytes`]).
+pub fn all_node_bytes() -> usize {
+    node_bytes()
+}
+
 /// Children per branch.
 pub const BRANCH_CAP: usize = 64;
 const BRANCH_MIN: usize = BRANCH_CAP / 4;
@@ -844,6 +849,62 @@ mod tests {
                 let want: Vec<(Vec<u8>, Meta)> = model.iter().map(|(k, v)| (k.clone(), *v)).collect();
                 prop_assert_eq!(snap.to_vec(), want);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod speed {
+    use super::*;
+
+    /// Nanoseconds this thread has run (immune to other processes taking
+    /// the CPU, unlike wall time).
+    fn cpu_ns() -> u64 {
+        std::fs::read_to_string("/proc/thread-self/schedstat")
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// `cargo test --release --lib speed -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn lookups() {
+        let n: u64 = std::env::var("SPEED_N")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1_000_000);
+        for shape in ["seq", "uuid"] {
+            let key = |i: u64| -> Vec<u8> {
+                if shape == "seq" {
+                    format!("key:{i:012}").into_bytes()
+                } else {
+                    let h = i.wrapping_mul(0x9E3779B97F4A7C15);
+                    format!("{:016x}-{:019x}", h, h.rotate_left(17) >> 12).into_bytes()
+                }
+            };
+            let mut t = KeyMap::new();
+            let meta = Meta::new(0, None);
+            let t0 = cpu_ns();
+            for i in 0..n {
+                t.insert(&key(i), meta);
+            }
+            let ins = cpu_ns() - t0;
+            let keys: Vec<Vec<u8>> = (0..n / 5)
+                .map(|i| key(i.wrapping_mul(2654435761) % n))
+                .collect();
+            let t0 = cpu_ns();
+            let mut hit = 0;
+            for k in &keys {
+                hit += t.get(k).is_some() as usize;
+            }
+            let el = cpu_ns() - t0;
+            eprintln!(
+                "{shape}: insert {:.0} ns/key, get {:.0} ns, {:.1} B/key, hits {hit}",
+                ins as f64 / n as f64,
+                el as f64 / keys.len() as f64,
+                t.live_bytes() as f64 / n as f64
+            );
         }
     }
 }
