@@ -22,8 +22,11 @@ Server CPU = sum over the server's threads of the time on a CPU
 recorded as a cross-check), read before the load and after it, once the
 snapscan indexer has applied everything (index_backlog 0). Reported for all
 threads, the main thread (tid == pid) and snapscan's threads by name. Each
-figure is the median of 3 rounds; the arms run in a rotated order each round.
+figure is the median of 3 rounds (SNAPSCAN_BENCH_ROUNDS=N for more); the arms
+run in a rotated order each round.
 """
+
+import os
 
 from lib import fmt, log, median, mem_available_kb, noop_module
 
@@ -179,5 +182,6 @@ def run(ctx):
         else:
             log(f"  skipping 10M keys: MemAvailable {mem_available_kb() // 1024} MiB < "
                 f"{need_kb // 1024} MiB")
+    rounds = max(1, min(20, int(os.environ.get("SNAPSCAN_BENCH_ROUNDS", "3"))))
     for n_keys, n_req in sizes:
-        measure_size(ctx, n_keys, n_req, 3, noop)
+        measure_size(ctx, n_keys, n_req, rounds, noop)

@@ -33,7 +33,8 @@
  *       replies). In every argument "{k}" stands for a 12-digit zero-padded number (as
  *       redis-benchmark's __rand_int__): for the i-th command (i in [F, F+N)) it is
  *       perm(i), a bijection of [0, R) (R default F+N) chosen by --seed S, or i itself
- *       with --seed 0. Distinct i give distinct keys, so every DEL / EXPIRE hits and
+ *       with --seed 0 (i is taken modulo R: past R the sequence starts again).
+ *       Distinct i < R give distinct keys, so every DEL / EXPIRE hits and
  *       every SET of new keys creates one, and equal seeds give every server the same
  *       sequence; several processes with disjoint [F, F+N) share one permutation.
  *       --rate paces the batches at OPS commands per second. JSON: n, elapsed_us, errors.
@@ -523,8 +524,8 @@ int main(int argc, char **argv) {
             return 2;
         }
         if (range <= 0) range = first + count;
-        if (first < 0 || first + count > range || depth < 1 || depth > 100000) {
-            fprintf(stderr, "sclient: write: [first, first+count) must lie in [0, range), 1 <= depth <= 100000\n");
+        if (first < 0 || first >= range || depth < 1 || depth > 100000) {
+            fprintf(stderr, "sclient: write: needs 0 <= first < range, 1 <= depth <= 100000\n");
             return 2;
         }
         perm_init((uint64_t)range, seed);
@@ -542,7 +543,7 @@ int main(int argc, char **argv) {
             }
             long long b = count - done < depth ? count - done : depth;
             size_t n = 0;
-            for (long long j = 0; j < b; j++) n = build_k(n, perm((uint64_t)(first + done + j)));
+            for (long long j = 0; j < b; j++) n = build_k(n, perm((uint64_t)((first + done + j) % range)));
             if (!send_all(cmdbuf, n)) break;
             long long got = 0;
             while (got < b && skip_value()) got++;
