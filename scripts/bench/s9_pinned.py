@@ -4,7 +4,10 @@ iterations. 1M keys key:%012d; a steady write load that changes the index
 sets a new expiry, so each touches the tree; a plain SET over an existing string
 would not); meanwhile 1024 iterations are opened one after another, each
 pinning its own version (SET pin:<i>, a new key, then SNAPSHOT.SCAN 0 COUNT 1
-in the same round trip; the cursor is kept); then the load goes on for
+in the same round trip; the cursor is kept), paced at PIN_RATE/s, so that about
+RATE / PIN_RATE = 80 index-changing writes land between two pins whatever the
+server (fewer if opening falls behind the pace: the figure is printed); then
+the load goes on for
 a while with every iteration held. A sampler polls INFO every 0.1 s for the
 peak snapshot_module_heap_bytes, reported against the index's size before the
 test and against snapshot.max-retained-bytes when the server has that config
@@ -28,6 +31,7 @@ NAME = "pinned"
 SC = "9-pinned"
 PINS = 1024
 RATE = 20_000  # writes per second during the test
+PIN_RATE = 250  # iterations opened per second
 VALUE = "x" * 16
 
 
@@ -114,6 +118,9 @@ def run(ctx):
             p = s.r.pipeline(transaction=False)
             t0 = time.time()
             for i in range(PINS):
+                due = t0 + i / PIN_RATE
+                if due > time.time():
+                    time.sleep(due - time.time())
                 p.set(f"pin:{i}", VALUE)
                 p.execute_command("SNAPSHOT.SCAN", 0, "COUNT", 1)
                 _, (cur, _) = p.execute()
