@@ -6,7 +6,7 @@
 #
 #   scripts/bench.sh [--quick] [--large] [--server NAME] [--only SCENARIOS]
 #
-#   --quick          small datasets, about 7 minutes (full run: <= 35 minutes)
+#   --quick          small datasets, about 7 minutes (full run: longer, not re-timed since issue 9)
 #   --large          also the 31M-key Garnet dataset, if /proc/meminfo allows
 #   --server NAME    a server of scripts/servers.sh (default valkey-9.1)
 #   --only LIST      comma-separated scenarios, by name or number:
