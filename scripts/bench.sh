@@ -6,12 +6,12 @@
 #
 #   scripts/bench.sh [--quick] [--large] [--server NAME] [--only SCENARIOS]
 #
-#   --quick          small datasets, about 3 minutes (full run: <= 20 minutes)
+#   --quick          small datasets, about 7 minutes (full run: longer, not re-timed since issue 9)
 #   --large          also the 31M-key Garnet dataset, if /proc/meminfo allows
 #   --server NAME    a server of scripts/servers.sh (default valkey-9.1)
 #   --only LIST      comma-separated scenarios, by name or number:
 #                    1 interference, 2 percall, 3 invalidation, 4 hscan,
-#                    5 memory, 6 writes, 7 scale, 8 large
+#                    5 memory, 6 writes, 7 scale, 8 large, 9 pinned
 #
 # Prints progress, medians, ratios and every target with PASS/MISS; appends rows
 # to bench/results.csv; writes bench/REPORT.md with PNG charts in bench/.

@@ -91,9 +91,11 @@ class Ctx:
 
 
 class Server:
-    def __init__(self, binary, tmp, module=True, module_args=(), config=None, label=None):
+    def __init__(self, binary, tmp, module=True, module_args=(), config=None, label=None,
+                 load=None):
         self.binary = binary
-        self.module = module
+        self.module = module  # snapscan loaded
+        self.load = load  # another module's .so loaded instead (e.g. the no-op subscriber)
         self.module_args = list(module_args)
         self.config = dict(config or {})
         self.label = label or ("module" if module else "plain")
@@ -116,6 +118,8 @@ class Server:
                 # SNAPSCAN_MODULE_ARGS="worker-nice 19 ..." tries other configs.
                 extra = os.environ.get("SNAPSCAN_MODULE_ARGS", "").split()
                 args += ["--loadmodule", str(MODULE)] + self.module_args + extra
+            elif self.load:
+                args += ["--loadmodule", str(self.load)]
             for k, v in self.config.items():
                 args += [f"--{k}", str(v)]
             self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL,
@@ -215,6 +219,31 @@ class Server:
                 name = "main"
             r, w = out.get(name, (0.0, 0.0))
             out[name] = (r + run / 1e9, w + wait / 1e9)
+        return out
+
+    def task_cpu(self):
+        """{tid: (name, stat_s, run_s)} for every thread of the server: stat_s is
+        utime+stime from /proc/<pid>/task/<tid>/stat (clock ticks), run_s the time on
+        a CPU from .../schedstat (nanoseconds; stat_s where schedstat is missing).
+        The main thread (tid == pid) is named "main"; others by their comm."""
+        out = {}
+        base = f"/proc/{self.proc.pid}/task"
+        tick = os.sysconf("SC_CLK_TCK")
+        for tid in os.listdir(base):
+            try:
+                with open(f"{base}/{tid}/stat") as f:
+                    st = f.read()
+                name = st[st.index("(") + 1:st.rindex(")")]
+                fields = st[st.rindex(")") + 2:].split()
+                stat_s = (int(fields[11]) + int(fields[12])) / tick
+                try:
+                    with open(f"{base}/{tid}/schedstat") as f:
+                        run_s = int(f.read().split()[0]) / 1e9
+                except (OSError, ValueError, IndexError):
+                    run_s = stat_s
+            except (OSError, ValueError, IndexError):
+                continue  # the thread ended meanwhile
+            out[int(tid)] = ("main" if int(tid) == self.proc.pid else name, stat_s, run_s)
         return out
 
     def snap_info(self):
@@ -340,6 +369,44 @@ class Sclient:
         return subprocess.Popen(self._args(port, mode, opts, cmd), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
 
+    def write(self, port, cmd, count, first=0, range_=None, seed=0, depth=16, conns=1,
+              rate=0, seconds=600):
+        """Sends `count` pipelined commands (sclient write mode: "{k}" in an argument
+        is the 12-digit permuted index) over `conns` connections (one process each,
+        disjoint slices of [first, first+count)); returns (commands acknowledged, s)."""
+        range_ = range_ or first + count
+        procs = []
+        t0 = time.time()
+        per = -(-count // conns)
+        for c in range(conns):
+            f = first + c * per
+            n = min(per, first + count - f)
+            if n <= 0:
+                break
+            opts = ["--count", n, "--first", f, "--range", range_, "--seed", seed,
+                    "--depth", depth, "--seconds", seconds]
+            if rate:
+                opts += ["--rate", rate / conns]
+            procs.append(self.start(port, "write", opts, cmd))
+        total = 0
+        errs = []
+        for p in procs:
+            try:
+                out, err = p.communicate(timeout=seconds + 60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, err = p.communicate()
+            if p.returncode != 0 or not out.strip():
+                errs.append(err.strip() or f"exit status {p.returncode}")
+                continue
+            j = json.loads(out)
+            total += j["n"]
+            if j["errors"]:
+                errs.append(j["first_error"])
+        if errs:
+            raise RuntimeError(f"sclient write {' '.join(map(str, cmd))}: {errs[0]}")
+        return total, time.time() - t0
+
     @staticmethod
     def finish(p, timeout=30):
         if p.poll() is None:
@@ -364,6 +431,26 @@ class Probe:
     def stop(self):
         time.sleep(0.1)
         return Sclient.finish(self.p)
+
+
+# -- the no-op subscriber module ----------------------------------------------
+def noop_module(tmp):
+    """Compiles scripts/bench/noop_module.c against redismodule.h of the
+    redis-module 2.0.8 crate (in ~/.cargo/registry); returns the .so path."""
+    import glob
+    heads = sorted(glob.glob(os.path.expanduser(
+        "~/.cargo/registry/src/*/redis-module-2.0.8/src/include/redismodule.h")))
+    if not heads:
+        raise RuntimeError("redismodule.h not found under ~/.cargo/registry/src/*/"
+                           "redis-module-2.0.8/src/include/ (run cargo build once to fetch "
+                           "the redis-module crate)")
+    out = Path(tmp) / "noopsub.so"
+    src = Path(__file__).resolve().parent / "noop_module.c"
+    r = subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-I", os.path.dirname(heads[-1]),
+                        "-o", str(out), str(src)], capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        raise RuntimeError(f"cannot build the no-op subscriber module: {r.stderr.strip()[-500:]}")
+    return out
 
 
 # -- redis-benchmark -----------------------------------------------------------
@@ -447,16 +534,18 @@ class Results:
                 f.write(",".join(self.FIELDS) + "\n")
             f.write(",".join(_csv(row[k]) for k in self.FIELDS) + "\n")
 
-    def target(self, scenario, name, value, op, threshold, unit="x", note=""):
-        """Records and prints a target check. op: '>=' or '<='."""
+    def target(self, scenario, name, value, op, threshold, unit="x", note="", quiet=False):
+        """Records and prints a target check. op: '>=' or '<='. quiet: only recorded
+        (the scenario prints it in its own table). Returns PASS, MISS or ERROR."""
         if value is None:
             status = "ERROR"
         elif op == ">=":
             status = "PASS" if value >= threshold else "MISS"
         else:
             status = "PASS" if value <= threshold else "MISS"
-        log(f"  TARGET {name}: {fmt(value)}{unit} (target {op} {threshold}{unit}) -> {status}"
-            + (f"  [{note}]" if note else ""))
+        if not quiet:
+            log(f"  TARGET {name}: {fmt(value)}{unit} (target {op} {threshold}{unit}) -> {status}"
+                + (f"  [{note}]" if note else ""))
         self.record(scenario, name, value, unit, target=f"{op} {threshold}{unit}", status=status,
                     note=note)
         return status

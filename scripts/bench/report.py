@@ -27,6 +27,7 @@ TITLES = OrderedDict([
     ("6-writes", "6. Write overhead"),
     ("7-scale", "7. Scale"),
     ("8-large", "8. Large (Garnet dataset, --large)"),
+    ("9-pinned", "9. Pinned versions (1024 iterations under writes)"),
 ])
 
 
@@ -132,24 +133,27 @@ def charts(rows):
     ])
     sc = "5-memory"
     items = []
-    for metric, short in [("used_memory_delta_per_key", "used_memory"), ("rss_delta_per_key", "RSS"),
-                          ("index_bytes_per_key_info", "INFO estimate")]:
+    for metric, short in [("index_memory_bytes_per_key", "INFO"), ("rss_delta_per_key", "RSS")]:
         for v, x in get(rows, sc, metric):
-            order = ("random order" if "random" in v else "ascending SET" if "ascending" in v
-                     else "DEBUG POPULATE")
-            items.append((f"{short}\n{v.split(',')[0]}, {order}", x))
+            items.append((f"{short}\n{v}", x))
     out[sc] = chart("memory.png", [
-        (items, "index bytes per key (module minus plain server)", "bytes/key",
-         {"line": 48, "line_label": "target 48 B"}),
+        (items, "index bytes per key, key bytes included (targets: seq 16, user 24, uuid 48)",
+         "bytes/key", {}),
     ])
     sc = "6-writes"
-    ratios = [(r["metric"].replace("write_ratio ", ""), num(r["value"])) for r in rows
-              if r["scenario"] == sc and r["metric"].startswith("write_ratio")
-              and num(r["value"]) is not None]
-    out[sc] = chart("writes.png", [
-        (ratios, "pipelined writes: module / plain throughput", "ratio",
-         {"line": 0.9, "line_label": "target 0.90"}),
-    ])
+    panels = []
+    for what, line in [("snapscan/noop all threads", 1.15), ("snapscan/none all threads", 1.35),
+                       ("snapscan/noop main thread", 1.08)]:
+        items = [(r["metric"].split(":")[0], num(r["value"])) for r in rows
+                 if r["scenario"] == sc and r["metric"].endswith(what) and num(r["value"]) is not None]
+        panels.append((items, f"server CPU per write: {what}", "ratio",
+                       {"line": line, "line_label": f"target {line}"}))
+    out[sc] = chart("writes.png", panels)
+    sc = "9-pinned"
+    items = [(m.replace("_bytes", "").replace("_", " "), x / 2**20) for m in
+             ["index_bytes", "heap_after_pinning_bytes", "peak_heap_bytes", "heap_end_bytes"]
+             for _, x in get(rows, sc, m)]
+    out[sc] = chart("pinned.png", [(items, "module heap with 1024 pinned versions", "MiB", {})])
     sc = "7-scale"
     times = [(f"DEBUG RELOAD\n{v}", x) for v, x in get(rows, sc, "debug_reload_s")]
     times += [(f"DEBUG POPULATE\n{v}", x) for v, x in get(rows, sc, "debug_populate_s")]

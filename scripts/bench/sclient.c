@@ -27,6 +27,18 @@
  *       cache refills, so that a long loop keeps a constant keyspace (not timed);
  *       --rate R paces the loop at R invalidations per second (default: back to back).
  *
+ *   sclient PORT write --count N [--first F] [--range R] [--seed S] [--depth D] [--rate OPS]
+ *                      [--seconds S] -- CMD ARG...
+ *       sends N commands, pipelined D at a time (default 16: D commands, then their D
+ *       replies). In every argument "{k}" stands for a 12-digit zero-padded number (as
+ *       redis-benchmark's __rand_int__): for the i-th command (i in [F, F+N)) it is
+ *       perm(i), a bijection of [0, R) (R default F+N) chosen by --seed S, or i itself
+ *       with --seed 0 (i is taken modulo R: past R the sequence starts again).
+ *       Distinct i < R give distinct keys, so every DEL / EXPIRE hits and
+ *       every SET of new keys creates one, and equal seeds give every server the same
+ *       sequence; several processes with disjoint [F, F+N) share one permutation.
+ *       --rate paces the batches at OPS commands per second. JSON: n, elapsed_us, errors.
+ *
  * Everything is bounded: --seconds defaults to 600, --max/--repeat to finite
  * values, and SIGTERM/SIGINT stop any mode cleanly (the JSON is still printed).
  */
@@ -297,6 +309,68 @@ static void print_error_json(void) {
     printf("\"");
 }
 
+/* A bijection of [0, range) chosen by seed: a few invertible mixing rounds on
+ * the smallest power of two >= range (multiplication by an odd constant, adding,
+ * xor with a right shift), walking the cycle until the value falls in range. */
+static unsigned perm_bits;
+static uint64_t perm_mask, perm_range, perm_seed;
+static void perm_init(uint64_t range, uint64_t seed) {
+    perm_bits = 2;
+    while (perm_bits < 63 && ((uint64_t)1 << perm_bits) < range) perm_bits++;
+    perm_mask = ((uint64_t)1 << perm_bits) - 1;
+    perm_range = range;
+    perm_seed = seed;
+}
+static uint64_t perm(uint64_t x) {
+    if (perm_seed == 0) return x;
+    unsigned sh = perm_bits / 2 + 1;
+    do {
+        x = (x * 0x9E3779B97F4A7C15ULL + perm_seed) & perm_mask;
+        x ^= x >> sh;
+        x = (x * 0xC2B2AE3D27D4EB4FULL + (perm_seed >> 7)) & perm_mask;
+        x ^= x >> sh;
+        x = (x * 0x165667B19E3779F9ULL + 0x27D4EB2FULL) & perm_mask;
+        x ^= x >> sh;
+    } while (x >= perm_range);
+    return x;
+}
+
+/* Appends the command with every "{k}" of the template replaced by k (12 digits). */
+static size_t build_k(size_t n, uint64_t k) {
+    char num[24];
+    int nl = snprintf(num, sizeof num, "%012llu", (unsigned long long)k);
+    char arg[1024];
+    if (n + 64 * (size_t)nwords + 4096 > cmdcap) {
+        cmdcap = (n + 64 * (size_t)nwords + 4096) * 2;
+        cmdbuf = realloc(cmdbuf, cmdcap);
+        if (!cmdbuf) die("out of memory");
+    }
+    n += sprintf(cmdbuf + n, "*%d\r\n", nwords);
+    for (int w = 0; w < nwords; w++) {
+        const char *src = words[w];
+        size_t al = 0;
+        while (*src && al + (size_t)nl < sizeof arg - 1) {
+            if (src[0] == '{' && src[1] == 'k' && src[2] == '}') {
+                memcpy(arg + al, num, (size_t)nl);
+                al += (size_t)nl;
+                src += 3;
+            } else
+                arg[al++] = *src++;
+        }
+        if (n + al + 64 > cmdcap) {
+            cmdcap = (n + al + 64) * 2;
+            cmdbuf = realloc(cmdbuf, cmdcap);
+            if (!cmdbuf) die("out of memory");
+        }
+        n += sprintf(cmdbuf + n, "$%zu\r\n", al);
+        memcpy(cmdbuf + n, arg, al);
+        n += al;
+        memcpy(cmdbuf + n, "\r\n", 2);
+        n += 2;
+    }
+    return n;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: see the comment at the top of sclient.c\n");
@@ -309,6 +383,8 @@ int main(int argc, char **argv) {
     const char *scan = "SNAPSHOT.SCAN", *ids_file = NULL, *dump = NULL;
     int nodel = 0, wrap = 0, refill = 0;
     double rate = 0;
+    long long count = 0, first = 0, range = 0, depth = 16;
+    unsigned long long seed = 0;
     int i = 3;
     for (; i < argc; i++) {
         if (!strcmp(argv[i], "--")) {
@@ -324,6 +400,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--wrap")) wrap = 1;
         else if (!strcmp(argv[i], "--refill")) refill = 1;
         else if (!strcmp(argv[i], "--rate") && i + 1 < argc) rate = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--count") && i + 1 < argc) count = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--first") && i + 1 < argc) first = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--range") && i + 1 < argc) range = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--depth") && i + 1 < argc) depth = atoll(argv[++i]);
         else {
             fprintf(stderr, "sclient: unknown option %s\n", argv[i]);
             return 2;
@@ -432,6 +513,44 @@ int main(int argc, char **argv) {
                    (double)sum / ln, lat[(ln - 1) / 2], lat[(size_t)((ln - 1) * 0.9)], lat[(size_t)((ln - 1) * 0.99)],
                    lat[ln - 1]);
         }
+        print_error_json();
+        printf("}\n");
+        return 0;
+    }
+
+    if (!strcmp(mode, "write")) {
+        if (nwords == 0 || count <= 0) {
+            fprintf(stderr, "sclient: write needs --count N and a command after --\n");
+            return 2;
+        }
+        if (range <= 0) range = first + count;
+        if (first < 0 || first >= range || depth < 1 || depth > 100000) {
+            fprintf(stderr, "sclient: write: needs 0 <= first < range, 1 <= depth <= 100000\n");
+            return 2;
+        }
+        perm_init((uint64_t)range, seed);
+        long long done = 0;
+        while (!stop_flag && done < count) {
+            uint64_t t = now_us();
+            if (t > deadline) break;
+            if (rate > 0) {
+                uint64_t due = t0 + (uint64_t)((double)done * 1e6 / rate);
+                if (due > t) {
+                    if (due > deadline) break;
+                    usleep((useconds_t)(due - t));
+                    if (stop_flag) break;
+                }
+            }
+            long long b = count - done < depth ? count - done : depth;
+            size_t n = 0;
+            for (long long j = 0; j < b; j++) n = build_k(n, perm((uint64_t)((first + done + j) % range)));
+            if (!send_all(cmdbuf, n)) break;
+            long long got = 0;
+            while (got < b && skip_value()) got++;
+            done += got;
+            if (got < b || errors > 1000) break;
+        }
+        printf("{\"n\": %lld, \"elapsed_us\": %llu", done, (unsigned long long)(now_us() - t0));
         print_error_json();
         printf("}\n");
         return 0;
