@@ -97,6 +97,44 @@ fn words(buf: &[u8; INLINE_CAP]) -> (u128, u64) {
     (head, tail << 16)
 }
 
+/// A key being searched for, with the word form of its first
+/// [`INLINE_CAP`] bytes computed once, so comparing it with many inline keys
+/// (a branch's separators) costs a few integer compares each instead of a
+/// `memcmp` call.
+pub struct KeyProbe<'a> {
+    bytes: &'a [u8],
+    /// Words of the zero-padded bytes, when they fit inline.
+    words: Option<(u128, u64)>,
+}
+
+impl<'a> KeyProbe<'a> {
+    pub fn new(bytes: &'a [u8]) -> Self {
+        let words = (bytes.len() <= INLINE_CAP).then(|| {
+            let mut buf = [0u8; INLINE_CAP];
+            buf[..bytes.len()].copy_from_slice(bytes);
+            words(&buf)
+        });
+        KeyProbe { bytes, words }
+    }
+
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+}
+
+impl Key {
+    /// `self <= probe` in byte order.
+    #[inline]
+    pub fn le(&self, probe: &KeyProbe<'_>) -> bool {
+        match (&self.0, probe.words) {
+            (Repr::Inline { len, buf }, Some(w)) => {
+                (words(buf), *len as usize) <= (w, probe.bytes.len())
+            }
+            _ => self.as_bytes() <= probe.bytes,
+        }
+    }
+}
+
 impl Ord for Key {
     /// Byte order. Two inline keys compare as big-endian words of their
     /// zero-padded buffers, then by length (equal padded buffers mean
@@ -160,6 +198,15 @@ mod tests {
             let mut b = a.clone();
             b.extend(std::iter::repeat_n(0u8, z));
             proptest::prop_assert_eq!(Key::new(&a).cmp(&Key::new(&b)), a.cmp(&b));
+        }
+    }
+
+    proptest::proptest! {
+        /// `le` against a probe is byte order, inline or not.
+        #[test]
+        fn probe_compare_is_byte_order(a in proptest::collection::vec(0u8..3, 0..30),
+                                       b in proptest::collection::vec(0u8..3, 0..30)) {
+            proptest::prop_assert_eq!(Key::new(&a).le(&KeyProbe::new(&b)), a <= b);
         }
     }
 

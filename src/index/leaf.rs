@@ -447,6 +447,13 @@ impl Leaf {
         self.restarts = restarts;
     }
 
+    /// Prefetches the buffer's cache lines (see `KeyMap::get_many`).
+    pub fn prefetch(&self) {
+        for chunk in self.buf.chunks(64) {
+            crate::ffi::cpu::prefetch(chunk.as_ptr());
+        }
+    }
+
     pub fn get(&self, key: &[u8]) -> Option<Meta> {
         let p = self.find(key);
         p.found.then(|| hdr(&self.buf, p.off).meta)

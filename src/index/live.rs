@@ -20,7 +20,7 @@
 //! [`MAX_BACKLOG`] the pusher applies some of it itself (backpressure
 //! instead of unbounded memory).
 
-use super::{Change, Key, KeyMap, Keyspace, Meta, Snapshot};
+use super::{Key, KeyMap, Keyspace, Meta, Snapshot};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
@@ -380,18 +380,22 @@ impl Live {
             if batch.is_empty() {
                 break;
             }
+            let mut run: Vec<(usize, &Key, Option<Meta>)> = Vec::with_capacity(batch.len());
             for op in &batch {
+                if let Op::Set(db, key, truth) = op {
+                    run.push((*db, key, *truth));
+                    continue;
+                }
+                changed += ks.apply_run(&run) as u64;
+                run.clear();
                 match op {
-                    Op::Set(db, key, truth) => {
-                        if ks.apply(*db, key, *truth) != Change::Unchanged {
-                            changed += 1;
-                        }
-                    }
+                    Op::Set(..) => {}
                     Op::Flush(db) => freed.push(ks.flush(*db)),
                     Op::FlushAll => freed.extend(ks.flush_all()),
                     Op::Swap(a, b) => ks.swap(*a, *b),
                 }
             }
+            changed += ks.apply_run(&run) as u64;
             done += batch.len();
             self.applied.fetch_add(batch.len() as u64, Ordering::SeqCst);
         }

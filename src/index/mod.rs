@@ -13,12 +13,13 @@ pub mod meta;
 pub mod tree;
 pub mod walk;
 
-pub use key::Key;
+pub use key::{Key, KeyProbe};
 pub use live::{Live, Op};
 pub use meta::{Meta, TypeId, TypeNames};
 
 pub use tree::KeyMap;
 
+use arrayvec::ArrayVec;
 use std::sync::Arc;
 
 /// What changed in the index after applying the truth about one key.
@@ -91,20 +92,82 @@ impl Keyspace {
     /// `None` if it does not. A write that changes nothing leaves the map
     /// (and any snapshot sharing it) untouched, so no node is copied.
     pub fn apply(&mut self, db: usize, key: &Key, truth: Option<Meta>) -> Change {
+        self.apply_known(db, key, truth, None)
+    }
+
+    /// [`apply`](Self::apply), given what the index holds for the key if
+    /// the caller just looked (`Some(current)`): a change then skips the
+    /// lookup that would decide it.
+    fn apply_known(
+        &mut self,
+        db: usize,
+        key: &Key,
+        truth: Option<Meta>,
+        current: Option<Option<Meta>>,
+    ) -> Change {
         let d = self.db_mut(db);
-        let change = match truth {
-            Some(m) => match d.map.insert(key.as_bytes(), m) {
+        let change = match (truth, current) {
+            (t, Some(c)) if t == c => return Change::Unchanged,
+            (Some(m), Some(c)) => {
+                d.map.insert_changed(key.as_bytes(), m);
+                if c.is_some() {
+                    Change::Updated
+                } else {
+                    Change::Inserted
+                }
+            }
+            (Some(m), None) => match d.map.insert(key.as_bytes(), m) {
                 None => Change::Inserted,
                 Some(old) if old == m => return Change::Unchanged,
                 Some(_) => Change::Updated,
             },
-            None => match d.map.remove(key.as_bytes()) {
+            (None, _) => match d.map.remove(key.as_bytes()) {
                 None => return Change::Unchanged,
                 Some(_) => Change::Removed,
             },
         };
         d.version += 1;
         change
+    }
+
+    /// Applies a run of truths in order, like [`apply`](Self::apply) one
+    /// after the other, and returns how many changed the index. Most writes
+    /// change nothing (a `SET` over a string without TTL), so the run is
+    /// first looked up in batches ([`KeyMap::get_many`], overlapping the
+    /// cache misses) and only the changes go through `apply`.
+    pub fn apply_run(&mut self, ops: &[(usize, &Key, Option<Meta>)]) -> usize {
+        let mut changed = 0;
+        let mut known = Vec::with_capacity(tree::GET_MANY);
+        let mut keys: Vec<&[u8]> = Vec::with_capacity(tree::GET_MANY);
+        for chunk in ops.chunks(tree::GET_MANY) {
+            let db = chunk[0].0;
+            let one_db = chunk.iter().all(|(d, _, _)| *d == db);
+            known.clear();
+            if one_db {
+                keys.clear();
+                keys.extend(chunk.iter().map(|(_, k, _)| k.as_bytes()));
+                self.db_mut(db).map.get_many(&keys, &mut known);
+            }
+            let mut changed_here: ArrayVec<usize, { tree::GET_MANY }> = ArrayVec::new();
+            for (i, (db, key, truth)) in chunk.iter().enumerate() {
+                // A lookup made before an earlier change of the same key in
+                // this chunk is stale: let `apply` look again.
+                let stale = !one_db
+                    || changed_here.iter().any(|&j| {
+                        let (d, k, _) = &chunk[j];
+                        d == db && k.as_bytes() == key.as_bytes()
+                    });
+                let current = if stale { None } else { known.get(i).copied() };
+                if current == Some(*truth) {
+                    continue;
+                }
+                if self.apply_known(*db, key, *truth, current) != Change::Unchanged {
+                    changed += 1;
+                    changed_here.push(i);
+                }
+            }
+        }
+        changed
     }
 
     /// Empties one database in O(1) and returns the old map so the caller

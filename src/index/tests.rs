@@ -236,3 +236,36 @@ proptest! {
         prop_assert_eq!(got, want);
     }
 }
+
+proptest! {
+    /// A run applied in batches ends exactly as the same truths applied one
+    /// by one (repeated keys in one batch, several databases), and counts
+    /// the same changes.
+    #[test]
+    fn apply_run_equals_apply_one_by_one(ops in proptest::collection::vec((0usize..3, 0u8..24, proptest::option::of(0u8..3)), 0..120)) {
+        let keys: Vec<Key> = ops.iter().map(|(_, k, _)| Key::new(&[b'k', *k])).collect();
+        let run: Vec<(usize, &Key, Option<Meta>)> = ops
+            .iter()
+            .zip(&keys)
+            .map(|((db, _, t), k)| (*db % 2 * (*db), k, t.map(|t| Meta::new(t, None))))
+            .collect();
+        let mut a = Keyspace::new(3);
+        let mut b = Keyspace::new(3);
+        // Some state to start from.
+        for (db, k, t) in run.iter().step_by(3) {
+            a.apply(*db, k, *t);
+            b.apply(*db, k, *t);
+        }
+        let changed = a.apply_run(&run);
+        let mut want = 0;
+        for (db, k, t) in &run {
+            if b.apply(*db, k, *t) != Change::Unchanged {
+                want += 1;
+            }
+        }
+        prop_assert_eq!(changed, want);
+        for db in 0..3 {
+            prop_assert_eq!(a.snapshot(db, 0).map.to_vec(), b.snapshot(db, 0).map.to_vec());
+        }
+    }
+}

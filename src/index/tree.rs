@@ -27,7 +27,7 @@
 //! only, never to other clones (snapshots) of the same tree.
 
 use super::leaf::{count_bytes, lcp, Leaf, LEAF_MAX, LEAF_MIN};
-use super::{Key, Meta};
+use super::{Key, KeyProbe, Meta};
 use arrayvec::ArrayVec;
 use std::ops::Bound;
 use std::sync::Arc;
@@ -41,6 +41,8 @@ pub fn all_node_bytes() -> usize {
 
 /// Children per branch.
 pub const BRANCH_CAP: usize = 64;
+/// Lookups [`KeyMap::get_many`] overlaps at most.
+pub const GET_MANY: usize = 16;
 const BRANCH_MIN: usize = BRANCH_CAP / 4;
 
 enum Node {
@@ -100,8 +102,8 @@ fn new_node(n: Node) -> Arc<Node> {
 impl Branch {
     /// The child that holds (or would hold) `key`.
     #[inline]
-    fn child_for(&self, key: &[u8]) -> usize {
-        self.keys.partition_point(|s| s.as_bytes() <= key)
+    fn child_for(&self, key: &KeyProbe<'_>) -> usize {
+        self.keys.partition_point(|s| s.le(key))
     }
 }
 
@@ -158,10 +160,11 @@ impl KeyMap {
     }
 
     fn leaf_for(&self, key: &[u8]) -> Option<&Leaf> {
+        let key = KeyProbe::new(key);
         let mut node = self.root.as_deref()?;
         loop {
             match node {
-                Node::Branch(b) => node = &b.children[b.child_for(key)],
+                Node::Branch(b) => node = &b.children[b.child_for(&key)],
                 Node::Leaf(l) => return Some(l),
             }
         }
@@ -171,12 +174,64 @@ impl KeyMap {
         self.leaf_for(key)?.get(key)
     }
 
+    /// Looks up several keys, overlapping their cache misses: first every
+    /// key's leaf is located through the branches (small, usually cached)
+    /// and prefetched without being read, then every leaf's bytes are
+    /// prefetched, then each is searched. A lookup in a large index is
+    /// bound by memory latency, and this lets up to [`GET_MANY`] of them
+    /// wait together instead of one after the other.
+    pub fn get_many(&self, keys: &[&[u8]], out: &mut Vec<Option<Meta>>) {
+        out.clear();
+        let Some(root) = self.root.as_ref() else {
+            out.resize(keys.len(), None);
+            return;
+        };
+        // Branch levels above the leaves (all leaves are at one depth).
+        let mut height = 0;
+        let mut n = &**root;
+        while let Node::Branch(b) = n {
+            height += 1;
+            n = &b.children[0];
+        }
+        for chunk in keys.chunks(GET_MANY) {
+            let mut leaves: ArrayVec<&Arc<Node>, GET_MANY> = ArrayVec::new();
+            for k in chunk {
+                let probe = KeyProbe::new(k);
+                let mut arc = root;
+                for _ in 0..height {
+                    if let Node::Branch(b) = &**arc {
+                        arc = &b.children[b.child_for(&probe)];
+                    }
+                }
+                crate::ffi::cpu::prefetch(Arc::as_ptr(arc));
+                leaves.push(arc);
+            }
+            for arc in &leaves {
+                if let Node::Leaf(l) = &***arc {
+                    l.prefetch();
+                }
+            }
+            for (arc, k) in leaves.iter().zip(chunk) {
+                out.push(match &***arc {
+                    Node::Leaf(l) => l.get(k),
+                    Node::Branch(_) => self.get(k),
+                });
+            }
+        }
+    }
+
     /// Inserts or replaces; returns the previous value. A write that
     /// changes nothing copies no node (a first, read-only descent checks).
     pub fn insert(&mut self, key: &[u8], meta: Meta) -> Option<Meta> {
         if self.get(key) == Some(meta) {
             return Some(meta);
         }
+        self.insert_changed(key, meta)
+    }
+
+    /// [`insert`](Self::insert) for a caller that knows the key does not
+    /// already hold `meta` (no read-only descent first).
+    pub fn insert_changed(&mut self, key: &[u8], meta: Meta) -> Option<Meta> {
         let mut delta = 0isize;
         let Some(root) = self.root.as_mut() else {
             let root = new_node(Node::Leaf(Leaf::with(key, meta)));
@@ -252,7 +307,7 @@ impl KeyMap {
                 Node::Branch(b) => {
                     let i = match lower {
                         Bound::Unbounded => 0,
-                        Bound::Included(k) | Bound::Excluded(k) => b.child_for(k),
+                        Bound::Included(k) | Bound::Excluded(k) => b.child_for(&KeyProbe::new(k)),
                     };
                     it.stack.push((b, i));
                     node = &b.children[i];
@@ -409,7 +464,7 @@ fn insert(
             }
         }
         Node::Branch(b) => {
-            let ci = b.child_for(key);
+            let ci = b.child_for(&KeyProbe::new(key));
             let (old, split) = insert(&mut b.children[ci], key, meta, delta);
             let Some((sep, child)) = split else {
                 return (old, None);
@@ -471,7 +526,7 @@ fn remove(node: &mut Arc<Node>, key: &[u8], delta: &mut isize) -> Option<Meta> {
             p.found.then(|| l.remove_at(&p))
         }
         Node::Branch(b) => {
-            let ci = b.child_for(key);
+            let ci = b.child_for(&KeyProbe::new(key));
             let removed = remove(&mut b.children[ci], key, delta);
             if b.children[ci].is_empty() {
                 // An empty child goes with a separator, if it has one (a
