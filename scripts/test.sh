@@ -2,16 +2,23 @@
 # The project's test command. Builds the module once (release), runs the unit
 # tests, then the integration tests (tests/*.rs) once per server listed by
 # scripts/servers.sh, and ends with "N passed, M failed" over the server suites.
+# A full run (no --server, --module or --portable) adds one suite: the portable
+# build (scripts/build-portable.sh: glibc <= 2.28, checked) on redis-stack-7.4.
 #
 #   scripts/test.sh                                  everything
 #   scripts/test.sh --server valkey-9.1              only that server's integration suite
 #                                                    (repeatable; skips the unit tests)
 #   scripts/test.sh --no-unit                        skip the unit tests
+#   scripts/test.sh --no-portable                    skip the portable build's suite
+#   scripts/test.sh --module PATH                    integration suites load the module PATH
+#   scripts/test.sh --portable                       build the portable module and run the
+#                                                    integration suites against it
 #   scripts/test.sh -- --test smoke                  extra `cargo test` args (integration runs)
 #   scripts/test.sh -- --test smoke -- name --nocapture   ...and args for the test binaries
 #
 # Env: SNAPSCAN_TEST_THREADS (default 2), SNAPSCAN_SUITE_TIMEOUT (seconds per
-# suite, default 1200), SNAPSCAN_VENV (see scripts/servers.sh).
+# suite, default 1200), SNAPSCAN_PORTABLE_SERVER (default redis-stack-7.4),
+# SNAPSCAN_VENV (see scripts/servers.sh).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -20,6 +27,12 @@ SUITE_TIMEOUT="${SNAPSCAN_SUITE_TIMEOUT:-1200}"
 
 servers=()
 run_unit=1
+module=""          # --module PATH
+portable=0         # --portable: every suite runs the portable build
+portable_extra=1   # a full run adds a suite with the portable build
+PORTABLE_SO="target/portable/libsnapscan.so"
+PORTABLE_GLIBC=2.28
+PORTABLE_SERVER="${SNAPSCAN_PORTABLE_SERVER:-redis-stack-7.4}"
 cargo_args=()
 test_args=()
 while (($#)); do
@@ -28,7 +41,12 @@ while (($#)); do
                   servers+=("$2"); run_unit=0; shift 2 ;;
         --server=*) servers+=("${1#*=}"); run_unit=0; shift ;;
         --no-unit) run_unit=0; shift ;;
-        -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --no-portable) portable_extra=0; shift ;;
+        --portable) portable=1; portable_extra=0; shift ;;
+        --module) [[ $# -ge 2 ]] || { echo "test.sh: --module needs a PATH" >&2; exit 2; }
+                  module="$(realpath -e "$2")" || { echo "test.sh: --module: no such file '$2'" >&2; exit 2; }
+                  portable_extra=0; shift 2 ;;
+        -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         --) shift
             while (($#)) && [[ $1 != -- ]]; do cargo_args+=("$1"); shift; done
             (($#)) && shift && test_args=("$@")
@@ -36,7 +54,8 @@ while (($#)); do
         *) echo "test.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
-((${#servers[@]})) || mapfile -t servers < <(scripts/servers.sh --names)
+if ((${#servers[@]})); then portable_extra=0; else mapfile -t servers < <(scripts/servers.sh --names); fi
+if [[ -n $module ]] && ((portable)); then echo "test.sh: --module and --portable exclude each other" >&2; exit 2; fi
 
 # Integration test targets: all of tests/*.rs unless the caller picked some.
 select_tests=(--test '*')
@@ -64,6 +83,16 @@ run_group() {
     return "$rc"
 }
 
+# run_suite MODULE BASELINE CMD...: run_group CMD with SNAPSCAN_MODULE and
+# SNAPSCAN_GLIBC_BASELINE set for it, unless "-" (then as the caller has them).
+run_suite() {
+    local so="$1" baseline="$2"
+    shift 2
+    [[ $so == - ]] || local -x SNAPSCAN_MODULE="$so"
+    [[ $baseline == - ]] || local -x SNAPSCAN_GLIBC_BASELINE="$baseline"
+    run_group "$@"
+}
+
 failed_setup=0
 banner "build (release)"
 if ! cargo build --release; then
@@ -85,27 +114,59 @@ if ((!failed_setup)); then
     fi
 fi
 
+# The portable module (scripts/build-portable.sh builds it and checks its glibc symbols).
+portable_ok=1
+if ((!failed_setup && (portable || portable_extra))); then
+    banner "build portable module (cargo zigbuild, glibc $PORTABLE_GLIBC)"
+    start=$SECONDS
+    if SNAPSCAN_GLIBC_BASELINE="$PORTABLE_GLIBC" scripts/build-portable.sh; then
+        echo "test.sh: portable build took $((SECONDS - start))s"
+    else
+        echo "test.sh: portable build failed" >&2
+        portable_ok=0
+    fi
+fi
+
+# Suites: "label server module glibc-baseline" (module "-": the release build).
+suites=()
+for name in "${servers[@]}"; do
+    if ((portable)); then
+        suites+=("$name $name $PORTABLE_SO $PORTABLE_GLIBC")
+    else
+        suites+=("$name $name ${module:--} -")
+    fi
+done
+((portable_extra)) && suites+=("portable@$PORTABLE_SERVER $PORTABLE_SERVER $PORTABLE_SO $PORTABLE_GLIBC")
+
 passed=0
 failed=0
 summary=()
 i=0
-for name in "${servers[@]}"; do
+for suite in "${suites[@]}"; do
+    read -r label name so baseline <<<"$suite"
     i=$((i + 1))
-    banner "[$i/${#servers[@]}] $name"
+    banner "[$i/${#suites[@]}] $label"
     if ((failed_setup)); then
-        summary+=("$(printf '%-12s FAILED (build failed)' "$name")"); failed=$((failed + 1)); continue
+        summary+=("$(printf '%-12s FAILED (build failed)' "$label")"); failed=$((failed + 1)); continue
+    fi
+    if [[ $so == "$PORTABLE_SO" ]] && ((!portable_ok)); then
+        summary+=("$(printf '%-12s FAILED (portable build failed)' "$label")"); failed=$((failed + 1)); continue
     fi
     if ! path=$(scripts/servers.sh "$name"); then
-        summary+=("$(printf '%-12s FAILED (server not available)' "$name")"); failed=$((failed + 1)); continue
+        summary+=("$(printf '%-12s FAILED (server not available)' "$label")"); failed=$((failed + 1)); continue
     fi
     echo "server: $path"
+    if [[ $so != - ]]; then
+        [[ $so == /* ]] || so="$PWD/$so"
+        echo "module: $so"
+    fi
     start=$SECONDS
     if SNAPSCAN_SERVER="$path" SNAPSCAN_SERVER_NAME="$name" \
-        run_group cargo test --release "${select_tests[@]}" "${cargo_args[@]}" \
+        run_suite "$so" "$baseline" cargo test --release "${select_tests[@]}" "${cargo_args[@]}" \
             -- --test-threads="$THREADS" "${test_args[@]}"; then
-        summary+=("$(printf '%-12s passed (%ds)' "$name" $((SECONDS - start)))"); passed=$((passed + 1))
+        summary+=("$(printf '%-12s passed (%ds)' "$label" $((SECONDS - start)))"); passed=$((passed + 1))
     else
-        summary+=("$(printf '%-12s FAILED (%ds)' "$name" $((SECONDS - start)))"); failed=$((failed + 1))
+        summary+=("$(printf '%-12s FAILED (%ds)' "$label" $((SECONDS - start)))"); failed=$((failed + 1))
     fi
 done
 

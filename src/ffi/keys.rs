@@ -200,8 +200,9 @@ pub fn hash_min_field_expire(
 }
 
 /// Whether database `db` may hold hashes with field TTLs, from the
-/// `keys_with_volatile_items` figure of `INFO keyspace` (Valkey 9+). `true`
-/// when the server does not say.
+/// `keys_with_volatile_items` figure of `INFO keyspace` (Valkey 9+) or its
+/// `subexpiry` (Redis 7.4+, which has no `HashFieldMinExpire` before 8.0).
+/// `true` when the server does not say.
 pub fn db_may_have_field_ttls(ctx: Ctx, db: usize) -> bool {
     let Some(call) = api!(RedisModule_Call) else {
         return true;
@@ -221,7 +222,10 @@ pub fn db_may_have_field_ttls(ctx: Ctx, db: usize) -> bool {
         None => false,
         Some(fields) => fields
             .split(',')
-            .find_map(|kv| kv.strip_prefix("keys_with_volatile_items="))
+            .find_map(|kv| {
+                kv.strip_prefix("keys_with_volatile_items=")
+                    .or_else(|| kv.strip_prefix("subexpiry="))
+            })
             .is_none_or(|n| n.trim() != "0"),
     }
 }

@@ -33,6 +33,17 @@ pub struct ServerOpts {
     pub extra_config: Vec<(String, String)>,
     /// Start as a replica of the server on 127.0.0.1:<port>.
     pub replica_of: Option<u16>,
+    /// Other modules (`path`, `args`), loaded in this order before snapscan (`before`) or after it.
+    pub extra_modules: Vec<ExtraModule>,
+}
+
+/// A module other than snapscan for [`ServerOpts::extra_modules`].
+#[derive(Debug, Clone)]
+pub struct ExtraModule {
+    pub path: PathBuf,
+    pub args: Vec<String>,
+    /// Loaded before snapscan (else after it).
+    pub before: bool,
 }
 
 impl ServerOpts {
@@ -57,6 +68,26 @@ impl ServerOpts {
     pub fn replica_of(mut self, port: u16) -> Self {
         self.replica_of = Some(port);
         self
+    }
+    /// Loads the module at `path` with `args` before snapscan (in call order).
+    pub fn module_before(mut self, path: &Path, args: &[&str]) -> Self {
+        self.extra_modules.push(ExtraModule::new(path, args, true));
+        self
+    }
+    /// Loads the module at `path` with `args` after snapscan (in call order).
+    pub fn module_after(mut self, path: &Path, args: &[&str]) -> Self {
+        self.extra_modules.push(ExtraModule::new(path, args, false));
+        self
+    }
+}
+
+impl ExtraModule {
+    fn new(path: &Path, args: &[&str], before: bool) -> Self {
+        ExtraModule {
+            path: path.to_path_buf(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            before,
+        }
     }
 }
 
@@ -226,10 +257,16 @@ impl Server {
             "--repl-diskless-sync-delay",
             "0",
         ]);
+        for m in self.opts.extra_modules.iter().filter(|m| m.before) {
+            cmd.arg("--loadmodule").arg(&m.path).args(&m.args);
+        }
         if self.opts.load_module {
             cmd.arg("--loadmodule")
                 .arg(module_path())
                 .args(&self.opts.module_args);
+        }
+        for m in self.opts.extra_modules.iter().filter(|m| !m.before) {
+            cmd.arg("--loadmodule").arg(&m.path).args(&m.args);
         }
         for (k, v) in &self.opts.extra_config {
             cmd.arg(format!("--{k}")).arg(v);
