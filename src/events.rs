@@ -20,6 +20,7 @@ use crate::index::{Key, Meta, Op, TypeNames};
 use crate::state::{self, Module};
 use redis_module::raw;
 use std::os::raw::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 /// The context used to read keys in any database on the main thread. A
@@ -38,11 +39,22 @@ static PROBE: Mutex<Option<ProbeCtx>> = Mutex::new(None);
 /// arrives, and before anything reads the index ([`settle`]). Main thread
 /// only.
 static PENDING_NEW: Mutex<Option<(usize, Key)>> = Mutex::new(None);
+/// Whether [`PENDING_NEW`] may hold a key: every event checks it, and only
+/// takes the lock when it is set (after a "new").
+static PENDING: AtomicBool = AtomicBool::new(false);
+
+/// Takes the pending new key, if any, without locking when there is none.
+fn take_pending() -> Option<(usize, Key)> {
+    if !PENDING.swap(false, Ordering::Acquire) {
+        return None;
+    }
+    PENDING_NEW.lock().unwrap_or_else(|e| e.into_inner()).take()
+}
 
 /// Reads the pending new key, if any, in every database (a SWAPDB or a
 /// flush may have happened since its event).
 pub fn settle() {
-    let pending = PENDING_NEW.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let pending = take_pending();
     if let (Some((_, key)), Some(m)) = (pending, state::try_get()) {
         refresh_everywhere(m, key.as_bytes());
     }
@@ -51,7 +63,7 @@ pub fn settle() {
 /// Reads the pending new key in its database unless `db`/`name` is that
 /// key (whose event is about to read it anyway).
 fn settle_unless(m: &Module, db: usize, name: &[u8]) {
-    let pending = PENDING_NEW.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let pending = take_pending();
     if let Some((pdb, pkey)) = pending {
         if pdb != db || pkey.as_bytes() != name {
             let guard = PROBE.lock().unwrap_or_else(|e| e.into_inner());
@@ -117,9 +129,13 @@ pub fn to_meta(found: keys::Found, names: &mut TypeNames) -> Meta {
     Meta::new(ty, found.expire)
 }
 
-/// Records what the server says about `key` in `db` (`found`).
+/// Records what the server says about `key` in `db` (`found`). The module
+/// type names are locked only for keys of module types.
 pub fn apply(m: &Module, db: usize, key: &[u8], found: Option<keys::Found>) {
-    let truth = found.map(|f| to_meta(f, &mut m.type_names()));
+    let truth = found.map(|f| match f.kind {
+        keys::Kind::Builtin(t) => Meta::new(t, f.expire),
+        keys::Kind::Named(_) => to_meta(f, &mut m.type_names()),
+    });
     m.push(Op::Set(db, Key::new(key), truth));
 }
 
@@ -178,6 +194,7 @@ extern "C" fn on_keyspace_event(
         match event {
             b"new" => {
                 *PENDING_NEW.lock().unwrap_or_else(|e| e.into_inner()) = Some((db, Key::new(name)));
+                PENDING.store(true, Ordering::Release);
             }
             // Gone, whatever the server still shows: these are fired just
             // before the key is unlinked on some servers. (By name: field

@@ -183,7 +183,11 @@ impl Live {
         let (seq, backlog) = {
             let mut q = lock(&self.queue);
             q.ops.push(op);
-            (self.pushed.fetch_add(1, Ordering::SeqCst) + 1, q.ops.len())
+            // Every writer of `pushed` holds the queue lock: a plain store
+            // (no locked read-modify-write on the main thread's hot path).
+            let seq = self.pushed.load(Ordering::Relaxed) + 1;
+            self.pushed.store(seq, Ordering::SeqCst);
+            (seq, q.ops.len())
         };
         if backlog > MAX_BACKLOG {
             // Apply a batch here: bounded work, bounded memory. The
