@@ -80,6 +80,10 @@ def expired_count(s: Any) -> int:
     return int(info_field(s.execute_command("INFO", "snapshot"), "snapshot_cursors_expired") or 0)
 
 
+def open_cursors(s: Any) -> int:
+    return int(info_field(s.execute_command("INFO", "snapshot"), "snapshot_open_snapshots") or 0)
+
+
 @pytest.fixture
 def idle_timeout_1s(standalone: Server) -> Any:
     with standalone.client() as c:
@@ -101,7 +105,10 @@ def test_expired_cursor_raises_snapshot_cursor_expired(
     before = expired_count(raw)
 
     def idle_past_the_timeout() -> None:
-        wait_until("the cursor to expire", lambda: expired_count(raw) > before, 10)
+        # Ours is the only open iteration: wait until none is left.
+        assert open_cursors(raw) == 1
+        wait_until("the cursor to expire", lambda: open_cursors(raw) == 0, 10)
+        assert expired_count(raw) > before
 
     with pytest.raises(snapscan.SnapshotCursorExpired) as info:
         env.collect("snapshot_scan_iter", count=5, after_first=idle_past_the_timeout)
@@ -125,7 +132,9 @@ def test_expired_cursor_in_a_cluster_names_the_node(cluster: Any) -> None:
         before = sum(expired_count(n) for n in nodes)
         it = snapscan.snapshot_scan_iter(rc, count=2)
         next(it)
-        wait_until("the cursor to expire", lambda: sum(expired_count(n) for n in nodes) > before, 10)
+        assert sum(open_cursors(n) for n in nodes) == 1
+        wait_until("the cursor to expire", lambda: sum(open_cursors(n) for n in nodes) == 0, 10)
+        assert sum(expired_count(n) for n in nodes) > before
         with pytest.raises(snapscan.SnapshotCursorExpired) as info:
             list(it)
         assert info.value.node in {f"127.0.0.1:{p}" for p in ports}

@@ -69,6 +69,7 @@ def test_scan_sees_the_keyspace_of_its_first_call(env: Env) -> None:
         # writes. Every surviving key and every key of the first node is there once.
         assert len(got) == len(set(got))
         assert {k for k in keys if not k.startswith("user:")} <= set(got)
+        assert set(got) <= set(keys) | {f"new:{i}" for i in range(100)}
     else:
         assert set(got) == set(keys)
 
