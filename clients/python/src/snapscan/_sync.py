@@ -267,7 +267,8 @@ def unlink_matching(
 
     Cluster clients: sent to every primary (or only to the one owning the pattern's
     hash tag, as :func:`snapshot_scan_iter`) and the counts added up; each node
-    works from its own snapshot, there is no cluster-wide instant.
+    works from its own snapshot, there is no cluster-wide instant. If a node fails,
+    its error propagates and the nodes asked before it have already unlinked theirs.
     ``LOADING`` is retried as in :func:`snapshot_scan_iter`; other errors propagate.
     """
     _check(client)
