@@ -179,3 +179,16 @@ def test_unlink_matching(env: Env) -> None:
     left = env.collect("snapshot_scan_iter", client_kw={"decode_responses": True})
     raw.close()
     assert left == ["other:set"]
+
+
+def test_scan_iterates_the_clients_database(standalone_env: Env) -> None:
+    env = standalone_env
+    db0 = env.raw()
+    db0.set("in-db0", 0)
+    db0.close()
+    db1 = env.raw(db=1)
+    db1.mset({"in-db1-a": 1, "in-db1-b": 2})
+    db1.close()
+    got = env.collect("snapshot_scan_iter", client_kw={"db": 1, "decode_responses": True})
+    assert got == ["in-db1-a", "in-db1-b"]
+    assert env.collect("snapshot_scan_iter", client_kw={"decode_responses": True}) == ["in-db0"]
