@@ -37,11 +37,78 @@ const BRANCH_MIN: usize = BRANCH_CAP / 4;
 
 type Entries = ArrayVec<(Key, Meta), LEAF_CAP>;
 
-#[derive(Clone)]
 enum Node {
     Leaf(Entries),
     Branch(Branch),
 }
+
+// ---- Node byte accounting (snapshot-memory cap; keep across rewrites) ----
+// Every node counts its allocation in a process-wide total from creation
+// (`counted`, or a copy-on-write `clone`) to `Drop`; each map counts the
+// nodes reachable from its root, adjusted where a node joins or leaves its
+// tree (a copy-on-write replaces a node: the count stays). Bytes held by
+// old versions only = `all_node_bytes()` - sum of the live maps' `live_bytes()`.
+
+/// Bytes of one node's allocation (the node and its two reference counts).
+pub const NODE_BYTES: usize = std::mem::size_of::<Node>() + 2 * std::mem::size_of::<usize>();
+
+static ALL_NODES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+thread_local! {
+    /// Nodes that joined (+) or left (-) the tree being edited on this thread.
+    static TREE_DELTA: std::cell::Cell<isize> = const { std::cell::Cell::new(0) };
+}
+
+/// Bytes of every live node of every version (live maps, snapshots, maps
+/// waiting to be freed).
+pub fn all_node_bytes() -> usize {
+    ALL_NODES.load(std::sync::atomic::Ordering::Relaxed) * NODE_BYTES
+}
+
+fn tree_delta(n: isize) {
+    TREE_DELTA.with(|d| d.set(d.get() + n));
+}
+
+fn take_tree_delta() -> isize {
+    TREE_DELTA.with(|d| d.replace(0))
+}
+
+/// A new node that joins the tree being edited.
+fn counted(n: Node) -> Arc<Node> {
+    ALL_NODES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    tree_delta(1);
+    Arc::new(n)
+}
+
+impl Clone for Node {
+    /// A copy-on-write copy: a new allocation that replaces its original
+    /// in the tree being edited.
+    fn clone(&self) -> Self {
+        ALL_NODES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        match self {
+            Node::Leaf(e) => Node::Leaf(e.clone()),
+            Node::Branch(b) => Node::Branch(b.clone()),
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        ALL_NODES.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl KeyMap {
+    /// Bytes of the nodes reachable from this map's root (O(1)).
+    pub fn live_bytes(&self) -> usize {
+        self.nodes * NODE_BYTES
+    }
+
+    fn add_nodes(&mut self, delta: isize) {
+        self.nodes = self.nodes.saturating_add_signed(delta);
+    }
+}
+// ---- end of node byte accounting ----
 
 /// `keys[i]` separates `children[i]` from `children[i + 1]`: every key of
 /// `children[i]` is smaller, every key of `children[i + 1]` is not.
@@ -87,6 +154,8 @@ pub struct KeyMap {
     /// The key most recently inserted: a greater one continues an ascending
     /// stream (see the module docs).
     last_insert: Option<Key>,
+    /// Nodes reachable from `root` (see [`KeyMap::live_bytes`]).
+    nodes: usize,
 }
 
 impl KeyMap {
@@ -122,12 +191,15 @@ impl KeyMap {
         let Some(root) = self.root.as_mut() else {
             let mut e = Entries::new();
             e.push((key.clone(), meta));
-            self.root = Some(Arc::new(Node::Leaf(e)));
+            self.root = Some(counted(Node::Leaf(e)));
+            self.nodes = 1;
+            take_tree_delta();
             self.len = 1;
             self.last_insert = Some(key);
             return None;
         };
         let hint = self.last_insert.take();
+        take_tree_delta();
         let (old, split) = insert(root, key.clone(), meta, hint.as_ref());
         // The root split: a new root above its two halves.
         if let Some((sep, right, _)) = split {
@@ -138,8 +210,10 @@ impl KeyMap {
             b.keys.push(sep);
             b.children.extend(self.root.take());
             b.children.push(right);
-            self.root = Some(Arc::new(Node::Branch(b)));
+            self.root = Some(counted(Node::Branch(b)));
         }
+        let delta = take_tree_delta();
+        self.add_nodes(delta);
         if old.is_none() {
             self.len += 1;
         }
@@ -152,6 +226,7 @@ impl KeyMap {
     pub fn remove(&mut self, key: &Key) -> Option<(Key, Meta)> {
         self.get(key)?;
         let root = self.root.as_mut()?;
+        take_tree_delta();
         let removed = remove(root, key);
         if removed.is_some() {
             self.len -= 1;
@@ -162,18 +237,23 @@ impl KeyMap {
                 Some(Node::Branch(b)) if b.children.len() == 1 => {
                     let only = b.children[0].clone();
                     self.root = Some(only);
+                    tree_delta(-1);
                 }
                 Some(Node::Leaf(e)) if e.is_empty() => {
                     self.root = None;
+                    tree_delta(-1);
                     break;
                 }
                 Some(Node::Branch(b)) if b.children.is_empty() => {
                     self.root = None;
+                    tree_delta(-1);
                     break;
                 }
                 _ => break,
             }
         }
+        let delta = take_tree_delta();
+        self.add_nodes(delta);
         removed
     }
 
@@ -267,6 +347,14 @@ impl KeyMap {
             .as_deref()
             .map_or(0, |r| walk(r, None, None, 0, &mut leaves));
         assert_eq!(n, self.len, "len");
+        fn nodes(n: &Node) -> usize {
+            match n {
+                Node::Leaf(_) => 1,
+                Node::Branch(b) => 1 + b.children.iter().map(|c| nodes(c)).sum::<usize>(),
+            }
+        }
+        let reachable = self.root.as_deref().map_or(0, nodes);
+        assert_eq!(reachable * NODE_BYTES, self.live_bytes(), "live_bytes");
         assert!(
             leaves.windows(2).all(|w| w[0] == w[1]),
             "leaves at different depths"
@@ -327,7 +415,7 @@ fn insert(node: &mut Arc<Node>, key: Key, meta: Meta, hint: Option<&Key>) -> (Op
                 right.insert(i - at, (key, meta));
             }
             let sep = right[0].0.clone();
-            (None, Some((sep, Arc::new(Node::Leaf(right)), ascending)))
+            (None, Some((sep, counted(Node::Leaf(right)), ascending)))
         }
         Node::Branch(b) => {
             let mut ci = b.child_for(&key);
@@ -357,7 +445,7 @@ fn insert(node: &mut Arc<Node>, key: Key, meta: Meta, hint: Option<&Key>) -> (Op
                     children: ArrayVec::new(),
                 };
                 right.children.push(child);
-                return (old, Some((sep, Arc::new(Node::Branch(right)), ascending)));
+                return (old, Some((sep, counted(Node::Branch(right)), ascending)));
             }
             let (up, mut right) = split_branch(b, at);
             if ci < at {
@@ -367,7 +455,7 @@ fn insert(node: &mut Arc<Node>, key: Key, meta: Meta, hint: Option<&Key>) -> (Op
                 right.keys.insert(ci - at, sep);
                 right.children.insert(ci - at + 1, child);
             }
-            (old, Some((up, Arc::new(Node::Branch(right)), ascending)))
+            (old, Some((up, counted(Node::Branch(right)), ascending)))
         }
     }
 }
@@ -441,6 +529,7 @@ fn remove(node: &mut Arc<Node>, key: &Key) -> Option<(Key, Meta)> {
                 // branch may have a single child after an ascending split;
                 // emptied, it is removed by its own parent in turn).
                 b.children.remove(ci);
+                tree_delta(-1);
                 if !b.keys.is_empty() {
                     b.keys.remove(ci.saturating_sub(1));
                 }
@@ -469,14 +558,15 @@ fn merge_if_fits(b: &mut Branch, i: usize) -> bool {
         return false;
     }
     let right = b.children.remove(i + 1);
+    tree_delta(-1);
     let sep = b.keys.remove(i);
-    let right = Arc::try_unwrap(right).unwrap_or_else(|shared| (*shared).clone());
-    match (Arc::make_mut(&mut b.children[i]), right) {
-        (Node::Leaf(x), Node::Leaf(y)) => x.extend(y),
+    let mut right = Arc::try_unwrap(right).unwrap_or_else(|shared| (*shared).clone());
+    match (Arc::make_mut(&mut b.children[i]), &mut right) {
+        (Node::Leaf(x), Node::Leaf(y)) => x.extend(std::mem::take(y)),
         (Node::Branch(x), Node::Branch(y)) => {
             x.keys.push(sep);
-            x.keys.extend(y.keys);
-            x.children.extend(y.children);
+            x.keys.extend(std::mem::take(&mut y.keys));
+            x.children.extend(std::mem::take(&mut y.children));
         }
         _ => unreachable!("siblings are at the same depth"),
     }
