@@ -21,10 +21,11 @@
 //! instead of unbounded memory).
 
 use super::{Change, Key, KeyMap, Keyspace, Meta, Snapshot};
+use arc_swap::ArcSwap;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// One change of the keyspace, in the order the server made it.
 #[derive(Debug, Clone)]
@@ -43,6 +44,9 @@ pub const MAX_BACKLOG: usize = 1 << 20;
 const BATCH: usize = 1024;
 /// Indexer pause when it has caught up.
 const POLL: Duration = Duration::from_millis(2);
+/// Operations per lock hold of [`Live::take_within`] (a few tens of
+/// microseconds), so that its time budget is kept.
+const SMALL_BATCH: usize = 64;
 
 /// A snapshot requested at a position of the log.
 pub struct OpenRequest {
@@ -126,6 +130,9 @@ pub struct Figures {
     pub memory_estimate: usize,
     /// Version of every database.
     pub versions: Vec<u64>,
+    /// Bytes of the tree nodes reachable from the live maps (the rest of
+    /// [`super::tree::all_node_bytes`] is held by old versions).
+    pub live_node_bytes: usize,
 }
 
 impl Figures {
@@ -136,6 +143,7 @@ impl Figures {
             total: ks.total_keys(),
             memory_estimate: ks.memory_estimate(),
             versions: (0..ks.databases()).map(|db| ks.version(db)).collect(),
+            live_node_bytes: ks.live_node_bytes(),
         }
     }
 }
@@ -143,8 +151,12 @@ impl Figures {
 pub struct Live {
     index: Mutex<Keyspace>,
     /// Figures published by whoever applied the last batch, for readers
-    /// that must not wait for the index (the main thread).
-    published: Mutex<Figures>,
+    /// that must not wait for the index (the main thread): swapped in
+    /// without a lock, read without waiting.
+    published: ArcSwap<Figures>,
+    /// Bytes of the live maps' nodes as of the last batch (see
+    /// [`Figures::live_node_bytes`]).
+    live_node_bytes: AtomicUsize,
     queue: Mutex<Queue>,
     /// Operations pushed so far (sequence number of the last one).
     pushed: AtomicU64,
@@ -165,7 +177,8 @@ impl Live {
     pub fn new(databases: usize) -> Self {
         let index = Keyspace::new(databases);
         Live {
-            published: Mutex::new(Figures::of(&index, 0)),
+            published: ArcSwap::from_pointee(Figures::of(&index, 0)),
+            live_node_bytes: AtomicUsize::new(0),
             index: Mutex::new(index),
             queue: Mutex::new(Queue {
                 ops: OpLog::default(),
@@ -224,6 +237,73 @@ impl Live {
             drop(ks);
             self.let_waiters_in();
         }
+    }
+
+    /// [`take`](Self::take) within a time budget, for the main thread:
+    /// applies the log in small batches until the request is cut or
+    /// `budget` has passed (waiting meanwhile, without blocking, for an
+    /// indexer batch in progress). `None` when out of time: the request
+    /// stays registered; [`cancel`](Self::cancel) it if it is given up.
+    pub fn take_within(
+        &self,
+        req: &OpenRequest,
+        budget: Duration,
+        dispose: Dispose,
+    ) -> Option<Arc<Snapshot>> {
+        if let Some(s) = lock(&req.cut).take() {
+            return Some(s);
+        }
+        let deadline = Instant::now() + budget;
+        let mut ks = loop {
+            match self.index.try_lock() {
+                Ok(g) => break g,
+                Err(TryLockError::Poisoned(p)) => break p.into_inner(),
+                Err(TryLockError::WouldBlock) => {
+                    if let Some(s) = lock(&req.cut).take() {
+                        return Some(s);
+                    }
+                    if Instant::now() >= deadline {
+                        return None;
+                    }
+                    std::thread::yield_now();
+                }
+            }
+        };
+        loop {
+            if let Some(s) = lock(&req.cut).take() {
+                return Some(s);
+            }
+            self.cut_due(&mut ks);
+            if let Some(s) = lock(&req.cut).take() {
+                return Some(s);
+            }
+            let want = req
+                .seq
+                .saturating_sub(self.applied.load(Ordering::SeqCst))
+                .clamp(1, SMALL_BATCH as u64) as usize;
+            if self.apply_batch(&mut ks, want, dispose) == 0 {
+                return Some(ks.snapshot(req.db, req.at_ms));
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+        }
+    }
+
+    /// Withdraws a request nobody will take (see [`take_within`](Self::take_within)).
+    /// Returns its snapshot if it was cut meanwhile, for the caller to drop
+    /// off the main thread.
+    pub fn cancel(&self, req: &Arc<OpenRequest>) -> Option<Arc<Snapshot>> {
+        {
+            let mut q = lock(&self.queue);
+            if let Some(v) = q.opens.get_mut(&req.seq) {
+                v.retain(|r| !Arc::ptr_eq(r, req));
+                if v.is_empty() {
+                    q.opens.remove(&req.seq);
+                }
+            }
+        }
+        lock(&req.cut).take()
     }
 
     /// [`take`](Self::take) if that is cheap: nobody holds the index (the
@@ -328,7 +408,7 @@ impl Live {
             Err(TryLockError::Poisoned(p)) => {
                 Figures::of(&p.into_inner(), self.applied.load(Ordering::SeqCst))
             }
-            Err(TryLockError::WouldBlock) => lock(&self.published).clone(),
+            Err(TryLockError::WouldBlock) => (**self.published.load()).clone(),
         }
     }
 
@@ -398,7 +478,10 @@ impl Live {
         self.cut_due(ks);
         self.changes.fetch_add(changed, Ordering::Relaxed);
         if done > 0 {
-            *lock(&self.published) = Figures::of(ks, self.applied.load(Ordering::SeqCst));
+            let f = Figures::of(ks, self.applied.load(Ordering::SeqCst));
+            self.live_node_bytes
+                .store(f.live_node_bytes, Ordering::Relaxed);
+            self.published.store(Arc::new(f));
         }
         if !freed.is_empty() {
             dispose(freed);
@@ -406,17 +489,24 @@ impl Live {
         done
     }
 
+    /// Bytes of the live maps' nodes as of the last applied batch.
+    pub fn live_node_bytes(&self) -> usize {
+        self.live_node_bytes.load(Ordering::Relaxed)
+    }
+
     /// The indexer loop: applies the log as it arrives, forever. It polls
     /// (every [`POLL`] when idle) instead of being woken, so pushing costs
     /// the main thread no system call; snapshot requests never wait for the
-    /// poll (the worker applies what it needs itself).
-    pub fn run_indexer(&self, dispose: Dispose) {
+    /// poll (the worker applies what it needs itself). `after_batch` runs
+    /// after every batch (and poll), without the index lock.
+    pub fn run_indexer(&self, dispose: Dispose, after_batch: &dyn Fn(usize)) {
         loop {
             let applied = {
                 let mut ks = lock(&self.index);
                 self.apply_batch(&mut ks, BATCH, dispose)
             };
             self.let_waiters_in();
+            after_batch(applied);
             if applied < BATCH {
                 std::thread::sleep(POLL);
             }
@@ -508,7 +598,7 @@ mod tests {
     fn indexer_running_ahead_never_leaks_later_writes_into_a_snapshot() {
         let live = Arc::new(Live::new(1));
         let l2 = Arc::clone(&live);
-        std::thread::spawn(move || l2.run_indexer(NOTHING));
+        std::thread::spawn(move || l2.run_indexer(NOTHING, &|_| {}));
         for round in 0..200u32 {
             for i in 0..20u32 {
                 live.push(put(0, &format!("k{round}:{i}")), NOTHING);
@@ -529,6 +619,29 @@ mod tests {
                 "round {round}: exactly the state after the flush"
             );
         }
+    }
+
+    #[test]
+    fn take_within_keeps_its_budget_and_a_cancelled_request_is_never_cut() {
+        let live = Live::new(1);
+        for i in 0..200_000 {
+            live.push(put(0, &format!("k{i}")), NOTHING);
+        }
+        let req = live.open(0, 0);
+        let t = Instant::now();
+        let got = live.take_within(&req, Duration::from_millis(1), NOTHING);
+        assert!(got.is_none(), "200k operations do not apply in 1 ms");
+        assert!(t.elapsed() < Duration::from_millis(50), "{:?}", t.elapsed());
+        assert!(live.backlog() > 0 && live.backlog() < 200_000);
+        assert!(live.cancel(&req).is_none());
+        // Withdrawn: applying everything cuts nothing for it.
+        drop(live.sync(live.pushed(), NOTHING));
+        assert!(lock(&req.cut).is_none());
+        assert!(lock(&live.queue).opens.is_empty());
+        // With the backlog gone, the same call succeeds at once.
+        let req = live.open(0, 0);
+        let snap = live.take_within(&req, Duration::from_millis(1), NOTHING);
+        assert_eq!(snap.map(|s| s.map.len()), Some(200_000));
     }
 
     #[test]
