@@ -374,10 +374,6 @@ struct ReaperShared {
     running: AtomicBool,
     /// Whether the thread is alive.
     alive: AtomicBool,
-    /// Values queued or being dropped.
-    pending: AtomicUsize,
-    /// Set by [`Reaper::flush`]: drop what is queued without gathering more.
-    hurry: AtomicBool,
 }
 
 /// Values waiting before `dispose` wakes the thread.
@@ -398,8 +394,6 @@ impl Reaper {
             ready: Condvar::new(),
             running: AtomicBool::new(true),
             alive: AtomicBool::new(false),
-            pending: AtomicUsize::new(0),
-            hurry: AtomicBool::new(false),
         });
         let r = Reaper { shared };
         r.ensure_running();
@@ -425,35 +419,11 @@ impl Reaper {
         }
     }
 
-    /// Values queued or being dropped.
-    pub fn pending(&self) -> usize {
-        self.shared.pending.load(Ordering::SeqCst)
-    }
-
-    /// Has the thread drop everything queued now, and waits until it has
-    /// (or `timeout` passed); returns whether the queue was emptied.
-    pub fn flush(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        self.shared.hurry.store(true, Ordering::SeqCst);
-        self.shared.ready.notify_one();
-        let mut done = false;
-        while Instant::now() < deadline {
-            if self.pending() == 0 {
-                done = true;
-                break;
-            }
-            std::thread::sleep(Duration::from_micros(200));
-        }
-        self.shared.hurry.store(false, Ordering::SeqCst);
-        done || self.pending() == 0
-    }
-
     /// Hands `value` to the reaper thread, which drops it within `SWEEP`
     /// (later if the thread is not running: see the type's docs).
     ///
     /// Locking: holds the garbage mutex for a push.
     pub fn dispose<T: Send + 'static>(&self, value: T) {
-        self.shared.pending.fetch_add(1, Ordering::SeqCst);
         let wake = {
             let mut g = self.shared.lock();
             g.push(Box::new(value));
@@ -486,22 +456,18 @@ fn reap_loop(shared: &ReaperShared) {
             let (mut g, _) = shared
                 .ready
                 .wait_timeout_while(g, SWEEP, |g| {
-                    g.len() < WAKE_AT
-                        && shared.running.load(Ordering::SeqCst)
-                        && !shared.hurry.load(Ordering::SeqCst)
+                    g.len() < WAKE_AT && shared.running.load(Ordering::SeqCst)
                 })
                 .unwrap_or_else(|e| e.into_inner());
             std::mem::take(&mut *g)
         };
         let done = batch.is_empty() && !shared.running.load(Ordering::SeqCst);
-        let n = batch.len();
         // A panicking destructor must not end the thread (the rest of the
         // batch is then leaked by the unwind, not dropped twice).
         if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(batch)))
         {
             note_panic("snapscan-reaper", &*p, "the thread goes on");
         }
-        shared.pending.fetch_sub(n, Ordering::SeqCst);
         if done {
             return;
         }

@@ -7,7 +7,7 @@ use crate::hash::HashCopy;
 use crate::index::live::OpenRequest;
 use crate::index::{Key, KeyMap, Live, Op, Snapshot, TypeNames};
 use crate::pool::{Fault, Pool, Reaper};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -91,7 +91,7 @@ static MODULE: OnceLock<Module> = OnceLock::new();
 impl Module {
     /// Records a change of the keyspace (main thread or server lock held).
     pub fn push(&self, op: Op) -> u64 {
-        self.live.push(op, &|maps| self.reaper.dispose(maps))
+        self.live.push(op, &|maps| self.dispose_maps(maps))
     }
 
     /// Sequence number of the last recorded change.
@@ -107,11 +107,8 @@ impl Module {
     /// The snapshot of a request: exactly the changes recorded before it.
     /// Runs on a worker (or inline): may apply pending changes itself.
     pub fn snapshot(&self, req: &OpenRequest) -> Arc<Snapshot> {
-        let s = self
-            .live
-            .take(req, &|maps: Vec<KeyMap>| self.reaper.dispose(maps));
-        bound_retained(self);
-        s
+        self.live
+            .take(req, &|maps: Vec<KeyMap>| self.dispose_maps(maps))
     }
 
     /// The snapshot of a request within `budget` of this thread's time
@@ -124,7 +121,7 @@ impl Module {
     ) -> Option<Arc<Snapshot>> {
         let got = self
             .live
-            .take_within(req, budget, &|maps: Vec<KeyMap>| self.reaper.dispose(maps));
+            .take_within(req, budget, &|maps: Vec<KeyMap>| self.dispose_maps(maps));
         if got.is_none() {
             if let Some(s) = self.live.cancel(req) {
                 self.reaper.dispose(s);
@@ -136,9 +133,17 @@ impl Module {
     /// The snapshot of a request if it can be had without waiting (see
     /// [`Live::try_take`]); main thread.
     pub fn try_snapshot(&self, req: &OpenRequest, max_apply: usize) -> Option<Arc<Snapshot>> {
-        self.live.try_take(req, max_apply, &|maps: Vec<KeyMap>| {
-            self.reaper.dispose(maps)
-        })
+        self.live
+            .try_take(req, max_apply, &|maps: Vec<KeyMap>| self.dispose_maps(maps))
+    }
+
+    /// Hands maps replaced by a flush or a load to the reaper; their bytes
+    /// count as being freed (not as held by old versions) until it has
+    /// dropped them.
+    pub fn dispose_maps(&self, maps: Vec<KeyMap>) {
+        let bytes = maps.iter().map(KeyMap::live_bytes).sum();
+        REAPING.fetch_add(bytes, Ordering::Relaxed);
+        self.reaper.dispose(Reaping { maps, bytes });
     }
 
     /// Runs `job` on a worker thread, or right here if the pool cannot
@@ -222,21 +227,38 @@ pub fn try_get() -> Option<&'static Module> {
     MODULE.get()
 }
 
-/// Bytes of tree nodes held only by old versions (open iterations,
-/// snapshots being served, maps waiting for the reaper).
-pub fn retained_bytes(m: &Module) -> usize {
-    crate::index::tree::all_node_bytes().saturating_sub(m.live.live_node_bytes())
+/// Bytes of the maps handed to the reaper and not yet dropped.
+static REAPING: AtomicUsize = AtomicUsize::new(0);
+
+/// Maps on their way to the reaper (see [`Module::dispose_maps`]).
+struct Reaping {
+    maps: Vec<KeyMap>,
+    bytes: usize,
 }
 
-/// How long one bounding pass waits for the reaper to free what it evicted.
-const REAP_WAIT: Duration = Duration::from_millis(50);
+impl Drop for Reaping {
+    fn drop(&mut self) {
+        drop(std::mem::take(&mut self.maps));
+        REAPING.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
+/// Bytes of tree nodes held only by old versions (open iterations,
+/// snapshots being served or waiting for the reaper), not counting the
+/// maps of flushed databases being freed.
+pub fn retained_bytes(m: &Module) -> usize {
+    crate::index::tree::all_node_bytes()
+        .saturating_sub(m.live.live_node_bytes())
+        .saturating_sub(REAPING.load(Ordering::Relaxed))
+}
 
 /// Keeps the bytes held by old versions within `snapshot.max-retained-bytes`
 /// (0: unbounded) by ending the least recently used SNAPSHOT.SCAN
-/// iterations; their snapshots are dropped on the reaper, which this waits
-/// for before measuring again. Runs on the indexer after each batch, on a
-/// worker after cutting a snapshot, and on the janitor; never on the main
-/// thread.
+/// iterations. Runs on the indexer after each batch (and each 2 ms poll)
+/// and on the janitor, never on the main thread. The snapshots of the
+/// iterations it ends are dropped right here, so that the next measurement
+/// sees the memory returned: handing them to the reaper would make the
+/// bound wait on its queue (a flushed database's map can take it seconds).
 pub fn bound_retained(m: &Module) {
     let cap = config::get(&config::MAX_RETAINED_BYTES);
     if cap == 0 || retained_bytes(m) <= cap {
@@ -261,8 +283,7 @@ pub fn bound_retained(m: &Module) {
         if ended.is_empty() {
             return;
         }
-        m.reaper.dispose(ended);
-        m.reaper.flush(REAP_WAIT);
+        drop(ended);
     }
 }
 
@@ -279,7 +300,7 @@ pub fn start_indexer() {
         if let Some(m) = try_get() {
             crate::pool::run_supervised("snapscan-indexer", &|| {
                 m.live
-                    .run_indexer(&|maps: Vec<KeyMap>| m.reaper.dispose(maps), &|_| {
+                    .run_indexer(&|maps: Vec<KeyMap>| m.dispose_maps(maps), &|_| {
                         indexer_tick(m)
                     })
             });
