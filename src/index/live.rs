@@ -44,8 +44,9 @@ pub const MAX_BACKLOG: usize = 1 << 20;
 const BATCH: usize = 1024;
 /// Indexer pause when it has caught up.
 const POLL: Duration = Duration::from_millis(2);
-/// Operations per lock hold of [`Live::take_within`] (a few tens of
-/// microseconds), so that its time budget is kept.
+/// Operations per lock hold of [`Live::take_within`], and per chunk of a
+/// batch, after which an applier hands the index over to a waiting thread
+/// (a few tens of microseconds).
 const SMALL_BATCH: usize = 64;
 
 /// A snapshot requested at a position of the log.
@@ -254,20 +255,24 @@ impl Live {
             return Some(s);
         }
         let deadline = Instant::now() + budget;
-        let mut ks = loop {
+        // Counted as waiting, so that an applier hands the index over after
+        // its current chunk of SMALL_BATCH operations.
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let got = loop {
             match self.index.try_lock() {
-                Ok(g) => break g,
-                Err(TryLockError::Poisoned(p)) => break p.into_inner(),
+                Ok(g) => break Some(g),
+                Err(TryLockError::Poisoned(p)) => break Some(p.into_inner()),
                 Err(TryLockError::WouldBlock) => {
-                    if let Some(s) = lock(&req.cut).take() {
-                        return Some(s);
-                    }
-                    if Instant::now() >= deadline {
-                        return None;
+                    if lock(&req.cut).is_some() || Instant::now() >= deadline {
+                        break None;
                     }
                     std::thread::yield_now();
                 }
             }
+        };
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        let Some(mut ks) = got else {
+            return lock(&req.cut).take();
         };
         loop {
             if let Some(s) = lock(&req.cut).take() {
@@ -454,7 +459,8 @@ impl Live {
                     .map_or(u64::MAX, |&s| s.saturating_sub(applied));
                 let n = (max - done)
                     .min(q.ops.len())
-                    .min(until_open.max(1) as usize);
+                    .min(until_open.max(1) as usize)
+                    .min(SMALL_BATCH);
                 q.ops.take_front(n)
             };
             if batch.is_empty() {
@@ -474,6 +480,11 @@ impl Live {
             }
             done += batch.len();
             self.applied.fetch_add(batch.len() as u64, Ordering::SeqCst);
+            // Someone waits for the index (the main thread): hand it over
+            // after this chunk rather than after the whole batch.
+            if self.waiting.load(Ordering::Relaxed) > 0 {
+                break;
+            }
         }
         self.cut_due(ks);
         self.changes.fetch_add(changed, Ordering::Relaxed);
@@ -507,7 +518,8 @@ impl Live {
             };
             self.let_waiters_in();
             after_batch(applied);
-            if applied < BATCH {
+            // Caught up (a batch cut short by a waiting thread is not).
+            if applied == 0 || (applied < BATCH && self.backlog() == 0) {
                 std::thread::sleep(POLL);
             }
         }
@@ -642,6 +654,20 @@ mod tests {
         let req = live.open(0, 0);
         let snap = live.take_within(&req, Duration::from_millis(1), NOTHING);
         assert_eq!(snap.map(|s| s.map.len()), Some(200_000));
+    }
+
+    #[test]
+    fn an_applier_hands_the_index_over_after_one_chunk_to_a_waiting_thread() {
+        let live = Live::new(1);
+        for i in 0..(3 * BATCH) {
+            live.push(put(0, &format!("k{i}")), NOTHING);
+        }
+        let mut ks = lock(&live.index);
+        assert_eq!(live.apply_batch(&mut ks, BATCH, NOTHING), BATCH);
+        live.waiting.fetch_add(1, Ordering::SeqCst);
+        assert_eq!(live.apply_batch(&mut ks, BATCH, NOTHING), SMALL_BATCH);
+        live.waiting.fetch_sub(1, Ordering::SeqCst);
+        assert_eq!(live.apply_batch(&mut ks, BATCH, NOTHING), BATCH);
     }
 
     #[test]
