@@ -280,6 +280,48 @@ fn expiry_inside_a_busy_script_is_judged_at_the_scripts_frozen_clock() {
     assert_eq!(keys(&mut con, &["MATCH", "edge*"]), vec!["edge:keep"]);
 }
 
+/// Busy for `ARGV[1]` ms, then returns the first page of
+/// `SNAPSHOT.SCAN 0 MATCH edge* COUNT ARGV[2]`.
+const BUSY_FIRST_PAGE: &str = "
+local function now() local t = redis.call('TIME') return t[1] * 1000 + math.floor(t[2] / 1000) end
+local t0 = now()
+local n = 0
+while now() - t0 < tonumber(ARGV[1]) and n < 50000000 do redis.call('PING') n = n + 1 end
+return redis.call('SNAPSHOT.SCAN', '0', 'MATCH', 'edge*', 'COUNT', ARGV[2])
+";
+
+#[test]
+fn pages_served_outside_the_script_use_what_the_script_learned_of_its_clock() {
+    let server = start(ServerOpts::new(), None);
+    let mut con = server.client();
+    if !server.is_valkey() && server.version() < (7, 2, 0) {
+        return;
+    }
+    let _: () = query(&mut con, &["CONFIG", "SET", "busy-reply-threshold", "100"]).unwrap();
+    for (count, rest) in [("1", vec![]), ("2", vec!["edge:b"])] {
+        let _: () = query(&mut con, &["FLUSHALL"]).unwrap();
+        let _: () = query(&mut con, &["SET", "edge:0", "v"]).unwrap();
+        for k in ["edge:a", "edge:b"] {
+            let _: () = query(&mut con, &["SET", k, "v", "PX", "200"]).unwrap();
+        }
+        let (cursor, first): (String, Vec<String>) =
+            query(&mut con, &["EVAL", BUSY_FIRST_PAGE, "0", "500", count]).unwrap();
+        // COUNT 1: the first page (edge:0) meets no key whose TTL the
+        // script's frozen clock decides, so the rest, served by a worker,
+        // is judged at the cached clock of the cursor-0 call (documented).
+        // COUNT 2: edge:a, judged by the server, reveals the frozen clock,
+        // and the worker judges edge:b there.
+        let mut expect_first = vec!["edge:0".to_string()];
+        if count == "2" {
+            expect_first.push("edge:a".into());
+        }
+        assert_eq!(first, expect_first, "COUNT {count}");
+        let (_, more): (String, Vec<String>) =
+            query(&mut con, &["SNAPSHOT.SCAN", &cursor, "COUNT", "10"]).unwrap();
+        assert_eq!(more, rest, "COUNT {count}: the pages after the script");
+    }
+}
+
 #[test]
 fn the_issue_case_exists_and_scan_agree() {
     let server = start(ServerOpts::new(), None);
@@ -371,6 +413,20 @@ fn without_a_cap_nothing_is_ended_and_retained_versions_are_counted() {
         None,
     );
     let mut con = server.client();
+    // A memory config: accepts `1gb`-style values.
+    let _: () = query(
+        &mut con,
+        &["CONFIG", "SET", "snapshot.max-retained-bytes", "1gb"],
+    )
+    .unwrap();
+    let got: Vec<String> =
+        query(&mut con, &["CONFIG", "GET", "snapshot.max-retained-bytes"]).unwrap();
+    assert_eq!(got[1], "1073741824");
+    let _: () = query(
+        &mut con,
+        &["CONFIG", "SET", "snapshot.max-retained-bytes", "0"],
+    )
+    .unwrap();
     let _: Value = query(&mut con, &["DEBUG", "POPULATE", "20000"]).unwrap();
     let mut cursors = Vec::new();
     for i in 0..6 {
