@@ -228,6 +228,11 @@ fn calls_that_cannot_block_answer_tryagain_instead_of_applying_a_big_backlog() {
 
 // ------------------------------------------------ 3. expiry inside scripts
 
+/// TTL of the keys a busy script outlives (margin for a slow test machine
+/// between the SET and the script's start), and how long the script runs.
+const TTL_MS: &str = "1000";
+const BUSY_MS: &str = "1600";
+
 /// Runs a script that keeps the server busy (past busy-reply-threshold,
 /// so the server refreshes its cached clock while the script's own clock
 /// stays frozen) for `busy_ms`, then returns what the script sees.
@@ -258,7 +263,7 @@ fn expiry_inside_a_busy_script_is_judged_at_the_scripts_frozen_clock() {
     }
     let _: () = query(&mut con, &["CONFIG", "SET", "busy-reply-threshold", "100"]).unwrap();
     for k in ["edge:a", "edge:b", "edge:c"] {
-        let _: () = query(&mut con, &["SET", k, "v", "PX", "300"]).unwrap();
+        let _: () = query(&mut con, &["SET", k, "v", "PX", TTL_MS]).unwrap();
     }
     let _: () = query(&mut con, &["SET", "edge:keep", "v"]).unwrap();
     let _: () = query(&mut con, &["SET", "edge:gone", "v", "PX", "1"]).unwrap();
@@ -267,7 +272,7 @@ fn expiry_inside_a_busy_script_is_judged_at_the_scripts_frozen_clock() {
     let keys_arg = ["edge:a", "edge:b", "edge:c", "edge:keep", "edge:gone"];
     let mut args = vec!["EVAL", BUSY_SCRIPT, "5"];
     args.extend(keys_arg);
-    args.push("700");
+    args.push(BUSY_MS);
     let (exists, mut seen): (Vec<i64>, Vec<String>) = query(&mut con, &args).unwrap();
     seen.sort();
     assert_eq!(exists, vec![1, 1, 1, 1, 0], "what the script sees");
@@ -302,10 +307,10 @@ fn pages_served_outside_the_script_use_what_the_script_learned_of_its_clock() {
         let _: () = query(&mut con, &["FLUSHALL"]).unwrap();
         let _: () = query(&mut con, &["SET", "edge:0", "v"]).unwrap();
         for k in ["edge:a", "edge:b"] {
-            let _: () = query(&mut con, &["SET", k, "v", "PX", "200"]).unwrap();
+            let _: () = query(&mut con, &["SET", k, "v", "PX", TTL_MS]).unwrap();
         }
         let (cursor, first): (String, Vec<String>) =
-            query(&mut con, &["EVAL", BUSY_FIRST_PAGE, "0", "500", count]).unwrap();
+            query(&mut con, &["EVAL", BUSY_FIRST_PAGE, "0", BUSY_MS, count]).unwrap();
         // COUNT 1: the first page (edge:0) meets no key whose TTL the
         // script's frozen clock decides, so the rest, served by a worker,
         // is judged at the cached clock of the cursor-0 call (documented).
@@ -330,16 +335,19 @@ fn the_issue_case_exists_and_scan_agree() {
         return;
     }
     let _: () = query(&mut con, &["CONFIG", "SET", "busy-reply-threshold", "100"]).unwrap();
-    let _: () = query(&mut con, &["SET", "edge", "v", "PX", "200"]).unwrap();
+    // The issue's case (PX 200, a script of about 0.5 s), with the margins
+    // of the other tests.
+    let _: () = query(&mut con, &["SET", "edge", "v", "PX", TTL_MS]).unwrap();
     let (exists, (cursor, found)): (i64, (String, Vec<String>)) = query(
         &mut con,
         &[
             "EVAL",
             "local t = redis.call('TIME') local t0 = t[1] * 1000 + t[2] / 1000 local n = 0 \
              repeat redis.call('PING') t = redis.call('TIME') n = n + 1 \
-             until t[1] * 1000 + t[2] / 1000 - t0 > 500 or n > 50000000 \
+             until t[1] * 1000 + t[2] / 1000 - t0 > tonumber(ARGV[1]) or n > 50000000 \
              return {redis.call('EXISTS','edge'), redis.call('SNAPSHOT.SCAN','0','MATCH','edge')}",
             "0",
+            BUSY_MS,
         ],
     )
     .unwrap();
