@@ -91,6 +91,13 @@ impl OpLog {
         self.len += 1;
     }
 
+    /// Puts operations taken by [`take_front`](Self::take_front) back in
+    /// front of the log (the index lock held: nobody popped meanwhile).
+    fn push_front(&mut self, ops: Vec<Op>) {
+        self.len += ops.len();
+        self.chunks.push_front(VecDeque::from(ops));
+    }
+
     /// Removes and returns the first `n` operations (fewer if there are not
     /// that many).
     fn take_front(&mut self, n: usize) -> Vec<Op> {
@@ -449,7 +456,7 @@ impl Live {
         while done < max {
             self.cut_due(ks);
             // Pop up to the next registered request (or `max`).
-            let batch: Vec<Op> = {
+            let mut batch: Vec<Op> = {
                 let mut q = lock(&self.queue);
                 let applied = self.applied.load(Ordering::SeqCst);
                 let until_open = q
@@ -459,29 +466,42 @@ impl Live {
                     .map_or(u64::MAX, |&s| s.saturating_sub(applied));
                 let n = (max - done)
                     .min(q.ops.len())
-                    .min(until_open.max(1) as usize)
-                    .min(SMALL_BATCH);
+                    .min(until_open.max(1) as usize);
                 q.ops.take_front(n)
             };
             if batch.is_empty() {
                 break;
             }
-            for op in &batch {
-                match op {
-                    Op::Set(db, key, truth) => {
-                        if ks.apply(*db, key, *truth) != Change::Unchanged {
-                            changed += 1;
+            // Applied in chunks: someone waiting for the index (the main
+            // thread) gets it after the current chunk, the rest of the
+            // batch going back to the front of the log.
+            let mut at = 0;
+            while at < batch.len() {
+                let end = (at + SMALL_BATCH).min(batch.len());
+                for op in &batch[at..end] {
+                    match op {
+                        Op::Set(db, key, truth) => {
+                            if ks.apply(*db, key, *truth) != Change::Unchanged {
+                                changed += 1;
+                            }
                         }
+                        Op::Flush(db) => freed.push(ks.flush(*db)),
+                        Op::FlushAll => freed.extend(ks.flush_all()),
+                        Op::Swap(a, b) => ks.swap(*a, *b),
                     }
-                    Op::Flush(db) => freed.push(ks.flush(*db)),
-                    Op::FlushAll => freed.extend(ks.flush_all()),
-                    Op::Swap(a, b) => ks.swap(*a, *b),
+                }
+                done += end - at;
+                self.applied.fetch_add((end - at) as u64, Ordering::SeqCst);
+                at = end;
+                if self.waiting.load(Ordering::Relaxed) > 0 {
+                    break;
                 }
             }
-            done += batch.len();
-            self.applied.fetch_add(batch.len() as u64, Ordering::SeqCst);
-            // Someone waits for the index (the main thread): hand it over
-            // after this chunk rather than after the whole batch.
+            if at < batch.len() {
+                let rest = batch.split_off(at);
+                lock(&self.queue).ops.push_front(rest);
+                break;
+            }
             if self.waiting.load(Ordering::Relaxed) > 0 {
                 break;
             }
@@ -659,8 +679,14 @@ mod tests {
     #[test]
     fn an_applier_hands_the_index_over_after_one_chunk_to_a_waiting_thread() {
         let live = Live::new(1);
-        for i in 0..(3 * BATCH) {
-            live.push(put(0, &format!("k{i}")), NOTHING);
+        // 100 keys written over and over: the last write of each must win.
+        let n = 3 * BATCH;
+        for i in 0..n {
+            let meta = Meta::new(STRING, Some(i as i64));
+            live.push(
+                Op::Set(0, Key::new(format!("k{}", i % 100).as_bytes()), Some(meta)),
+                NOTHING,
+            );
         }
         let mut ks = lock(&live.index);
         assert_eq!(live.apply_batch(&mut ks, BATCH, NOTHING), BATCH);
@@ -668,6 +694,19 @@ mod tests {
         assert_eq!(live.apply_batch(&mut ks, BATCH, NOTHING), SMALL_BATCH);
         live.waiting.fetch_sub(1, Ordering::SeqCst);
         assert_eq!(live.apply_batch(&mut ks, BATCH, NOTHING), BATCH);
+        // The rest of the interrupted batch was put back, in order.
+        assert_eq!(
+            live.apply_batch(&mut ks, BATCH, NOTHING),
+            BATCH - SMALL_BATCH
+        );
+        assert_eq!(live.backlog(), 0);
+        for k in 0..100 {
+            let last = (0..n).rev().find(|i| i % 100 == k).unwrap();
+            let got = ks
+                .get(0, format!("k{k}").as_bytes())
+                .and_then(|m| m.expire_at());
+            assert_eq!(got, Some(last as i64), "k{k}");
+        }
     }
 
     #[test]
