@@ -226,6 +226,41 @@ fn calls_that_cannot_block_answer_tryagain_instead_of_applying_a_big_backlog() {
     assert_eq!(page.len(), 5);
 }
 
+#[test]
+fn without_any_thread_calls_run_inline_within_their_budget_until_threads_start() {
+    // Every thread start fails until the hook allows them again.
+    let server = start(ServerOpts::new(), Some(1_000_000));
+    let mut con = server.client();
+    assert_eq!(info_u64(&mut con, "snapshot_workers"), 0);
+    // Indexer, janitor, reaper and both workers are missing.
+    assert_eq!(info_u64(&mut con, "snapshot_threads_down"), 5);
+    // A small backlog is applied by the call itself (inline: no worker).
+    for i in 0..20 {
+        let _: () = query(&mut con, &["SET", &format!("s{i}"), "v"]).unwrap();
+    }
+    assert_eq!(keys(&mut con, &["COUNT", "3"]).len(), 20);
+    // A large one is not: the call answers TRYAGAIN instead.
+    let _: Value = query(&mut con, &["DEBUG", "POPULATE", "200000"]).unwrap();
+    let err = expect_err(&mut con, &["SNAPSHOT.SCAN", "0"]);
+    assert!(
+        err.starts_with("TRYAGAIN snapscan: the index has "),
+        "{err}"
+    );
+    // Once threads can start they are (within about a second), and the
+    // same call is served.
+    hook(&mut con, &["FAIL-SPAWNS", "0"]);
+    wait_until("all threads running", Duration::from_secs(10), || {
+        info_u64(&mut con, "snapshot_threads_down") == 0
+    });
+    wait_until("the indexer catches up", Duration::from_secs(60), || {
+        info_u64(&mut con, "snapshot_index_backlog") == 0
+    });
+    assert_eq!(keys(&mut con, &["MATCH", "s*", "COUNT", "1000"]).len(), 20);
+    // At load: the first worker (the pool stops at a failure), the reaper,
+    // the indexer and the janitor.
+    assert!(info_u64(&mut con, "snapshot_thread_failures") >= 4);
+}
+
 // ------------------------------------------------ 3. expiry inside scripts
 
 /// TTL of the keys a busy script outlives (margin for a slow test machine
@@ -351,6 +386,32 @@ fn the_issue_case_exists_and_scan_agree() {
         ],
     )
     .unwrap();
+    assert_eq!(
+        (exists, cursor.as_str(), found),
+        (1, "0", vec!["edge".to_string()])
+    );
+}
+
+#[test]
+fn expiry_inside_a_busy_function_is_judged_at_its_frozen_clock() {
+    let server = start(ServerOpts::new(), None);
+    let mut con = server.client();
+    if !server.is_valkey() && server.version() < (7, 2, 0) {
+        return;
+    }
+    let lib = "#!lua name=robust
+redis.register_function('busy_scan', function(keys, args)
+  local function now() local t = redis.call('TIME') return t[1] * 1000 + math.floor(t[2] / 1000) end
+  local t0 = now()
+  local n = 0
+  while now() - t0 < tonumber(args[1]) and n < 50000000 do redis.call('PING') n = n + 1 end
+  return {redis.call('EXISTS', 'edge'), redis.call('SNAPSHOT.SCAN', '0', 'MATCH', 'edge')}
+end)";
+    let _: String = query(&mut con, &["FUNCTION", "LOAD", lib]).unwrap();
+    let _: () = query(&mut con, &["CONFIG", "SET", "busy-reply-threshold", "100"]).unwrap();
+    let _: () = query(&mut con, &["SET", "edge", "v", "PX", TTL_MS]).unwrap();
+    let (exists, (cursor, found)): (i64, (String, Vec<String>)) =
+        query(&mut con, &["FCALL", "busy_scan", "0", BUSY_MS]).unwrap();
     assert_eq!(
         (exists, cursor.as_str(), found),
         (1, "0", vec!["edge".to_string()])
