@@ -581,6 +581,44 @@ mod tests {
     }
 
     #[test]
+    fn a_supervised_loop_is_restarted_after_each_panic() {
+        let runs = AtomicUsize::new(0);
+        let before = thread_restarts();
+        run_supervised("t", &|| {
+            if runs.fetch_add(1, Ordering::SeqCst) < 2 {
+                panic!("boom");
+            }
+        });
+        assert_eq!(runs.load(Ordering::SeqCst), 3);
+        assert!(thread_restarts() >= before + 2);
+    }
+
+    struct Bomb;
+    impl Drop for Bomb {
+        fn drop(&mut self) {
+            panic!("destructor panic");
+        }
+    }
+
+    #[test]
+    fn the_reaper_survives_a_panicking_destructor() {
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let reaper = Reaper::new();
+        reaper.dispose(Bomb);
+        wait_for(&dropped, 0);
+        reaper.dispose(Counted(Arc::clone(&dropped)));
+        wait_for(&dropped, 1);
+        assert!(reaper.is_running());
+    }
+
+    #[test]
+    fn injected_faults_fire_once() {
+        inject_fault(Fault::Janitor);
+        assert!(take_fault(Fault::Janitor));
+        assert!(!take_fault(Fault::Janitor));
+    }
+
+    #[test]
     fn dropping_the_reaper_drops_what_it_holds() {
         let dropped = Arc::new(AtomicUsize::new(0));
         let reaper = Reaper::new();
