@@ -31,6 +31,10 @@ pub static HASH_COPY_BATCH: AtomicI64 = AtomicI64::new(1000);
 /// `snapshot.hash-memory-limit`: bytes all hash snapshots may hold.
 pub static HASH_MEMORY_LIMIT: AtomicI64 = AtomicI64::new(256 << 20);
 
+/// `snapshot.max-retained-bytes`: bytes of index nodes that old versions
+/// (kept by open SNAPSHOT.SCAN iterations) may hold; 0 = unbounded.
+pub static MAX_RETAINED_BYTES: AtomicI64 = AtomicI64::new(1 << 30);
+
 pub fn get(v: &AtomicI64) -> usize {
     v.load(Ordering::Relaxed).max(0) as usize
 }

@@ -13,12 +13,26 @@
 //!   only ever sends cursor 0), and only when there is none, the least
 //!   recently used continued one. Insertion therefore never fails.
 //!
+//! - [`Registry::evict_lru`] ends the least recently used iterations (to
+//!   bound the memory their snapshots hold); their cursors are remembered
+//!   (the last [`TOMBSTONES`]) so that their next call can say why.
+//!
+//! Each entry may belong to a *group* (for SNAPSHOT.SCAN: the database and
+//! version of its snapshot); the registry counts entries per group as they
+//! come and go, so the number of distinct groups is known in O(1).
+//!
 //! Locking: every method takes one internal mutex for O(log n) work; values
 //! removed from the registry are handed back to the caller so they are
 //! dropped outside the lock (and off the server's main thread).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
+
+/// What an entry shares its memory with (see the module docs).
+pub type Group = Option<(usize, u64)>;
+
+/// Cursors of iterations ended by [`Registry::evict_lru`] remembered at most.
+pub const TOMBSTONES: usize = 65_536;
 
 /// One open iteration.
 pub struct Entry<T> {
@@ -29,6 +43,7 @@ pub struct Entry<T> {
     pub pages: u64,
     tick: u64,
     last_used_ms: u64,
+    group: Group,
 }
 
 struct Inner<T> {
@@ -41,6 +56,43 @@ struct Inner<T> {
     counter: u64,
     evicted: u64,
     expired: u64,
+    /// Open entries per group.
+    groups: HashMap<(usize, u64), usize>,
+    /// Iterations ended by `evict_lru`: their cursors, oldest first.
+    tomb_order: VecDeque<u64>,
+    tombs: HashSet<u64>,
+    evicted_memory: u64,
+}
+
+impl<T> Inner<T> {
+    /// Removes `id` from every structure; keeps the group counts true.
+    fn unlink(&mut self, id: u64) -> Option<Entry<T>> {
+        let e = self.entries.remove(&id)?;
+        self.fresh.remove(&e.tick);
+        self.continued.remove(&e.tick);
+        if let Some(g) = e.group {
+            if let Some(n) = self.groups.get_mut(&g) {
+                *n -= 1;
+                if *n == 0 {
+                    self.groups.remove(&g);
+                }
+            }
+        }
+        Some(e)
+    }
+
+    /// The least recently used entry (inserted earliest: a continuation is
+    /// a new insertion).
+    fn lru(&self) -> Option<u64> {
+        match (
+            self.fresh.first_key_value(),
+            self.continued.first_key_value(),
+        ) {
+            (Some((a, &ia)), Some((b, &ib))) => Some(if a < b { ia } else { ib }),
+            (Some((_, &i)), None) | (None, Some((_, &i))) => Some(i),
+            (None, None) => None,
+        }
+    }
 }
 
 /// See the module docs.
@@ -54,6 +106,8 @@ pub struct Stats {
     pub open: usize,
     pub evicted: u64,
     pub expired: u64,
+    /// Iterations ended by [`Registry::evict_lru`].
+    pub evicted_memory: u64,
 }
 
 const MASK63: u64 = (1 << 63) - 1;
@@ -84,6 +138,10 @@ impl<T> Registry<T> {
                 counter: seed,
                 evicted: 0,
                 expired: 0,
+                groups: HashMap::new(),
+                tomb_order: VecDeque::new(),
+                tombs: HashSet::new(),
+                evicted_memory: 0,
             }),
         }
     }
@@ -104,15 +162,29 @@ impl<T> Registry<T> {
         now_ms: u64,
         max_open: usize,
     ) -> (u64, Vec<T>) {
+        self.insert_in(value, None, db, pages, now_ms, max_open)
+    }
+
+    /// [`insert`](Self::insert) of an entry of `group`.
+    pub fn insert_in(
+        &self,
+        value: T,
+        group: Group,
+        db: usize,
+        pages: u64,
+        now_ms: u64,
+        max_open: usize,
+    ) -> (u64, Vec<T>) {
         let mut g = self.lock();
         let inner = &mut *g;
         let mut evicted = Vec::new();
         while inner.entries.len() >= max_open.max(1) {
             let victim = inner
                 .fresh
-                .pop_first()
-                .or_else(|| inner.continued.pop_first());
-            match victim.and_then(|(_, id)| inner.entries.remove(&id)) {
+                .first_key_value()
+                .or_else(|| inner.continued.first_key_value())
+                .map(|(_, &id)| id);
+            match victim.and_then(|id| inner.unlink(id)) {
                 Some(e) => {
                     inner.evicted += 1;
                     evicted.push(e.value);
@@ -134,6 +206,9 @@ impl<T> Registry<T> {
         } else {
             inner.fresh.insert(tick, id);
         }
+        if let Some(g) = group {
+            *inner.groups.entry(g).or_insert(0) += 1;
+        }
         inner.entries.insert(
             id,
             Entry {
@@ -142,6 +217,7 @@ impl<T> Registry<T> {
                 pages,
                 tick,
                 last_used_ms: now_ms,
+                group,
             },
         );
         (id, evicted)
@@ -150,11 +226,7 @@ impl<T> Registry<T> {
     /// Removes and returns the iteration behind `id` (cursors are single-use).
     #[cfg(test)]
     pub fn take(&self, id: u64) -> Option<Entry<T>> {
-        let mut g = self.lock();
-        let e = g.entries.remove(&id)?;
-        g.fresh.remove(&e.tick);
-        g.continued.remove(&e.tick);
-        Some(e)
+        self.lock().unlink(id)
     }
 
     /// Like [`Registry::take`], but only when the iteration belongs to `db`:
@@ -177,10 +249,7 @@ impl<T> Registry<T> {
             None => return Err(None),
             Some(e) => check(e).map_err(Some)?,
         }
-        let e = g.entries.remove(&id).ok_or(None)?;
-        g.fresh.remove(&e.tick);
-        g.continued.remove(&e.tick);
-        Ok(e)
+        g.unlink(id).ok_or(None)
     }
 
     /// Removes iterations idle for more than `idle_ms`; returns their values.
@@ -188,21 +257,74 @@ impl<T> Registry<T> {
         let mut g = self.lock();
         let inner = &mut *g;
         let mut out = Vec::new();
-        for order in [&mut inner.fresh, &mut inner.continued] {
+        for continued in [false, true] {
             // Both orders are by insertion tick, which follows time.
-            while let Some((&tick, &id)) = order.first_key_value() {
+            loop {
+                let order = if continued {
+                    &inner.continued
+                } else {
+                    &inner.fresh
+                };
+                let Some((&tick, &id)) = order.first_key_value() else {
+                    break;
+                };
                 match inner.entries.get(&id) {
                     Some(e) if now_ms.saturating_sub(e.last_used_ms) <= idle_ms => break,
                     _ => {}
                 }
-                order.remove(&tick);
-                if let Some(e) = inner.entries.remove(&id) {
+                if let Some(e) = inner.unlink(id) {
                     inner.expired += 1;
                     out.push(e.value);
+                } else if continued {
+                    inner.continued.remove(&tick);
+                } else {
+                    inner.fresh.remove(&tick);
                 }
             }
         }
         out
+    }
+
+    /// Ends up to `n` of the least recently used iterations and returns
+    /// their values; their cursors are remembered (see
+    /// [`ended_by_eviction`](Self::ended_by_eviction)).
+    pub fn evict_lru(&self, n: usize) -> Vec<T> {
+        let mut g = self.lock();
+        let inner = &mut *g;
+        let mut out = Vec::new();
+        while out.len() < n {
+            let Some(id) = inner.lru() else { break };
+            let Some(e) = inner.unlink(id) else { break };
+            inner.evicted_memory += 1;
+            out.push(e.value);
+            if inner.tombs.insert(id) {
+                inner.tomb_order.push_back(id);
+            }
+            while inner.tomb_order.len() > TOMBSTONES {
+                if let Some(old) = inner.tomb_order.pop_front() {
+                    inner.tombs.remove(&old);
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether `id` was the cursor of an iteration ended by
+    /// [`evict_lru`](Self::evict_lru) (among the last [`TOMBSTONES`]).
+    pub fn ended_by_eviction(&self, id: u64) -> bool {
+        self.lock().tombs.contains(&id)
+    }
+
+    /// Distinct groups of the open entries, not counting `(db, current[db])`
+    /// for any db: O(databases), whatever the number of entries.
+    pub fn groups_except(&self, current: &[u64]) -> usize {
+        let g = self.lock();
+        let live = current
+            .iter()
+            .enumerate()
+            .filter(|&(db, &v)| g.groups.contains_key(&(db, v)))
+            .count();
+        g.groups.len() - live
     }
 
     pub fn stats(&self) -> Stats {
@@ -211,13 +333,8 @@ impl<T> Registry<T> {
             open: g.entries.len(),
             evicted: g.evicted,
             expired: g.expired,
+            evicted_memory: g.evicted_memory,
         }
-    }
-
-    /// Folds over the open entries (for INFO figures) under the lock.
-    pub fn fold<A>(&self, init: A, f: impl FnMut(A, &Entry<T>) -> A) -> A {
-        let g = self.lock();
-        g.entries.values().fold(init, f)
     }
 }
 
@@ -284,6 +401,47 @@ mod tests {
         assert!(matches!(r.take_in(id, 0), Err(Some(2))));
         assert!(matches!(r.take_in(id + 1, 2), Err(None)));
         assert_eq!(r.take_in(id, 2).map(|e| e.value).ok(), Some('x'));
+    }
+
+    #[test]
+    fn groups_are_counted_as_entries_come_and_go() {
+        let r = Registry::new(11);
+        let (a, _) = r.insert_in('a', Some((0, 5)), 0, 1, 0, 3);
+        let (b, _) = r.insert_in('b', Some((0, 5)), 0, 1, 1, 3);
+        let (_c, _) = r.insert_in('c', Some((1, 7)), 1, 1, 2, 3);
+        // (0, 5) is db 0's current version: not a past one.
+        assert_eq!(r.groups_except(&[5, 0]), 1);
+        assert_eq!(r.groups_except(&[6, 0]), 2);
+        assert_eq!(r.groups_except(&[6, 7]), 1);
+        r.take(a);
+        assert_eq!(r.groups_except(&[6, 0]), 2);
+        r.take(b);
+        assert_eq!(r.groups_except(&[6, 0]), 1);
+        // Evicted at the limit, expired and evicted by LRU alike.
+        r.insert_in('d', Some((2, 1)), 2, 1, 3, 3);
+        r.insert_in('e', Some((2, 1)), 2, 1, 4, 3);
+        r.insert_in('f', Some((2, 2)), 2, 1, 5, 3);
+        assert_eq!(r.stats().open, 3);
+        assert_eq!(r.groups_except(&[]), 2);
+        r.expire_idle(1000, 0);
+        assert_eq!(r.groups_except(&[]), 0);
+    }
+
+    #[test]
+    fn lru_eviction_ends_the_oldest_and_remembers_them() {
+        let r = Registry::new(13);
+        let ids: Vec<u64> = (0..5u64)
+            .map(|i| r.insert(i, 0, 1 + i % 2, i, 10).0)
+            .collect();
+        let gone = r.evict_lru(2);
+        assert_eq!(gone, vec![0, 1], "oldest first, fresh or continued");
+        assert!(r.ended_by_eviction(ids[0]) && r.ended_by_eviction(ids[1]));
+        assert!(!r.ended_by_eviction(ids[2]));
+        assert!(r.take(ids[0]).is_none());
+        assert_eq!(r.stats().evicted_memory, 2);
+        assert_eq!(r.stats().open, 3);
+        assert_eq!(r.evict_lru(10).len(), 3);
+        assert!(r.evict_lru(1).is_empty());
     }
 
     #[test]

@@ -4,7 +4,6 @@ use crate::backfill;
 use crate::ffi::{api, Ctx};
 use crate::state;
 use redis_module::raw;
-use std::collections::HashSet;
 use std::ffi::CString;
 use std::os::raw::c_int;
 use std::sync::atomic::Ordering;
@@ -49,6 +48,7 @@ fn fill(ctx: InfoCtx) {
         return; // section not requested
     }
     crate::events::settle();
+    state::ensure_threads(m);
     // Never applies the log here: the figures are those of the applied
     // position, and index_backlog says how far behind (normally 0 within
     // the indexer's 2 ms poll).
@@ -76,17 +76,17 @@ fn fill(ctx: InfoCtx) {
     let c = m.cursors.stats();
     field(ctx, "open_snapshots", c.open as u64);
     // Distinct past versions pinned by open iterations (the live version
-    // costs nothing extra).
-    let retained = m.cursors.fold(HashSet::new(), |mut set, e| {
-        let s = &e.value.snap;
-        if versions.get(s.db) != Some(&s.version) {
-            set.insert((s.db, s.version));
-        }
-        set
-    });
-    field(ctx, "retained_versions", retained.len() as u64);
+    // costs nothing extra), counted by the registry as cursors come and
+    // go: O(databases), whatever the number of cursors.
+    field(
+        ctx,
+        "retained_versions",
+        m.cursors.groups_except(&versions) as u64,
+    );
+    field(ctx, "retained_bytes", state::retained_bytes(m) as u64);
     field(ctx, "cursors_evicted", c.evicted);
     field(ctx, "cursors_expired", c.expired);
+    field(ctx, "cursors_evicted_memory", c.evicted_memory);
     let st = &m.stats;
     field(ctx, "events_applied", st.events.load(Ordering::Relaxed));
     field(ctx, "index_changes", m.live().changes());
@@ -117,6 +117,14 @@ fn fill(ctx: InfoCtx) {
         "entries_examined",
         st.entries_examined.load(Ordering::Relaxed),
     );
+    field(
+        ctx,
+        "scans_refused_busy",
+        st.scans_busy.load(Ordering::Relaxed),
+    );
+    field(ctx, "thread_restarts", crate::pool::thread_restarts());
+    field(ctx, "thread_failures", crate::pool::thread_failures());
+    field(ctx, "threads_down", state::threads_down(m));
     field(ctx, "workers", m.pool.threads() as u64);
     field(ctx, "worker_queue_depth", m.pool.queued() as u64);
     field(ctx, "workers_busy", m.pool.busy() as u64);

@@ -69,6 +69,7 @@ mod module {
             has_hash_field_ttl(ctx),
             std::sync::atomic::Ordering::Relaxed,
         );
+        commands::testhook::at_load();
         state::init(dbs, seed);
         if let Err(e) = events::subscribe(ctx.ctx).and_then(|_| commands::register(ctx.ctx)) {
             ctx.log_warning(&format!("snapscan: {e}"));
@@ -116,6 +117,7 @@ mod module {
                 ["backfill-batch", &config::BACKFILL_BATCH, 1000, 1, 1_000_000, ConfigurationFlags::DEFAULT, None],
                 ["hash-copy-batch", &config::HASH_COPY_BATCH, 1000, 1, 1_000_000, ConfigurationFlags::DEFAULT, None],
                 ["hash-memory-limit", &config::HASH_MEMORY_LIMIT, 268_435_456, 1024, i64::MAX, ConfigurationFlags::MEMORY, None],
+                ["max-retained-bytes", &config::MAX_RETAINED_BYTES, 1_073_741_824, 0, i64::MAX, ConfigurationFlags::MEMORY, None],
             ],
             string: [],
             bool: [],

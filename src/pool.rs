@@ -8,12 +8,139 @@
 //! signals the condition variable only when a worker is idle, so a busy pool
 //! costs the submitter no system call. Workers hold the mutex only to pop.
 //! The counters read by `INFO` are atomics and take no lock.
+//!
+//! No thread dies silently: a panic in a job, a destructor or a service
+//! loop ([`run_supervised`]) is caught, logged through [`set_logger`]'s
+//! function and counted ([`thread_restarts`]); the loop restarts after a
+//! pause that grows with repeated panics (10 ms doubling to 5 s). A thread
+//! that cannot be started is counted ([`thread_failures`]) and logged; its
+//! owner retries later (see `state::ensure_threads`).
 
 use std::any::Any;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+static RESTARTS: AtomicU64 = AtomicU64::new(0);
+static FAILURES: AtomicU64 = AtomicU64::new(0);
+static LOGGER: OnceLock<fn(&str)> = OnceLock::new();
+/// Test-only fault injection: the next this-many spawns fail.
+static FAIL_SPAWNS: AtomicUsize = AtomicUsize::new(0);
+/// Test-only fault injection: pending one-shot panics ([`Fault`] bits).
+static FAULTS: AtomicUsize = AtomicUsize::new(0);
+
+/// A thread that a test can make panic once ([`inject_fault`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    Indexer = 1,
+    Janitor = 2,
+    Reaper = 4,
+}
+
+/// Test-only: the thread `f` panics at its next turn.
+pub fn inject_fault(f: Fault) {
+    FAULTS.fetch_or(f as usize, Ordering::SeqCst);
+}
+
+/// Whether a panic was injected into `f` (clearing it).
+pub fn take_fault(f: Fault) -> bool {
+    FAULTS.load(Ordering::Relaxed) & f as usize != 0
+        && FAULTS.fetch_and(!(f as usize), Ordering::SeqCst) & f as usize != 0
+}
+
+/// Where panics and failed spawns are reported (the server log); set once.
+pub fn set_logger(f: fn(&str)) {
+    let _ = LOGGER.set(f);
+}
+
+fn log(msg: &str) {
+    if let Some(f) = LOGGER.get() {
+        f(msg);
+    }
+}
+
+/// Panics caught in module threads (each followed by a restart of the loop
+/// or the next job).
+pub fn thread_restarts() -> u64 {
+    RESTARTS.load(Ordering::Relaxed)
+}
+
+/// Thread spawns that failed.
+pub fn thread_failures() -> u64 {
+    FAILURES.load(Ordering::Relaxed)
+}
+
+/// Test-only: makes the next `n` thread spawns fail.
+pub fn fail_next_spawns(n: usize) {
+    FAIL_SPAWNS.store(n, Ordering::SeqCst);
+}
+
+fn panic_text(p: &(dyn Any + Send)) -> &str {
+    p.downcast_ref::<&str>()
+        .copied()
+        .or_else(|| p.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
+
+/// Counts and logs a panic caught in thread `name`.
+pub fn note_panic(name: &str, p: &(dyn Any + Send), what: &str) {
+    RESTARTS.fetch_add(1, Ordering::Relaxed);
+    log(&format!(
+        "snapscan: thread {name} panicked: {}; {what}",
+        panic_text(p)
+    ));
+}
+
+/// Starts a named thread; a failure is counted and logged.
+pub fn spawn_named<F: FnOnce() + Send + 'static>(name: String, f: F) -> bool {
+    let injected = FAIL_SPAWNS
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok();
+    let res = if injected {
+        Err(std::io::Error::other("injected failure (test hook)"))
+    } else {
+        std::thread::Builder::new()
+            .name(name.clone())
+            .spawn(f)
+            .map(drop)
+    };
+    match res {
+        Ok(()) => true,
+        Err(e) => {
+            FAILURES.fetch_add(1, Ordering::Relaxed);
+            log(&format!("snapscan: cannot start thread {name}: {e}"));
+            false
+        }
+    }
+}
+
+/// Runs `body` on the calling thread until it returns; a panic is caught,
+/// logged and counted, and `body` runs again after a pause (10 ms, doubled
+/// for each panic within a minute of the previous one, at most 5 s).
+pub fn run_supervised(name: &str, body: &dyn Fn()) {
+    let mut streak = 0u32;
+    let mut last: Option<Instant> = None;
+    loop {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+            Ok(()) => return,
+            Err(p) => {
+                if last.is_some_and(|t| t.elapsed() > Duration::from_secs(60)) {
+                    streak = 0;
+                }
+                let pause = Duration::from_millis(10 << streak.min(9)).min(Duration::from_secs(5));
+                note_panic(
+                    name,
+                    &*p,
+                    &format!("restarting it in {} ms", pause.as_millis()),
+                );
+                streak += 1;
+                last = Some(Instant::now());
+                std::thread::sleep(pause);
+            }
+        }
+    }
+}
 
 pub type Job = Box<dyn FnOnce() + Send + 'static>;
 
@@ -93,10 +220,7 @@ impl Pool {
             }
             let n = self.shared.started.fetch_add(1, Ordering::SeqCst);
             let shared = Arc::clone(&self.shared);
-            let spawned = std::thread::Builder::new()
-                .name(format!("{}-{n}", self.name))
-                .spawn(move || worker(shared));
-            if spawned.is_err() {
+            if !spawn_named(format!("{}-{n}", self.name), move || worker(shared)) {
                 self.shared.alive.fetch_sub(1, Ordering::SeqCst);
                 break;
             }
@@ -142,6 +266,11 @@ impl Pool {
 
     pub fn threads(&self) -> usize {
         self.shared.alive.load(Ordering::SeqCst)
+    }
+
+    /// Threads wanted (the last [`resize`](Self::resize)).
+    pub fn target(&self) -> usize {
+        self.shared.target.load(Ordering::SeqCst)
     }
 }
 
@@ -211,7 +340,10 @@ fn worker(shared: Arc<Shared>) {
         }
         // A panicking job must not take the thread down; jobs own
         // their reply guards, which answer the client on unwind.
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+        if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)) {
+            let name = std::thread::current().name().unwrap_or("worker").to_owned();
+            note_panic(&name, &*p, "the job was abandoned, the thread goes on");
+        }
         shared.busy.fetch_sub(1, Ordering::SeqCst);
     }
     // A retiring thread may have been the one woken for a job: pass the
@@ -227,6 +359,10 @@ fn worker(shared: Arc<Shared>) {
 /// `SWEEP` (less once `WAKE_AT` values wait) and drops the batch. Abandoned
 /// cursors therefore cost at most one wake-up per `SWEEP`, not one each, and
 /// memory is returned within about `SWEEP`.
+///
+/// If the thread cannot be started, values wait in the queue until
+/// [`ensure_running`](Reaper::ensure_running) starts it (never dropped on
+/// the caller's thread, which is often the server's main thread).
 pub struct Reaper {
     shared: Arc<ReaperShared>,
 }
@@ -234,7 +370,10 @@ pub struct Reaper {
 struct ReaperShared {
     garbage: Mutex<Vec<Box<dyn Any + Send>>>,
     ready: Condvar,
+    /// Cleared to stop the thread (drop).
     running: AtomicBool,
+    /// Whether the thread is alive.
+    alive: AtomicBool,
 }
 
 /// Values waiting before `dispose` wakes the thread.
@@ -254,26 +393,37 @@ impl Reaper {
             garbage: Mutex::new(Vec::new()),
             ready: Condvar::new(),
             running: AtomicBool::new(true),
+            alive: AtomicBool::new(false),
         });
-        let s = Arc::clone(&shared);
-        let spawned = std::thread::Builder::new()
-            .name("snapscan-reaper".into())
-            .spawn(move || reap(s));
-        if spawned.is_err() {
-            shared.running.store(false, Ordering::SeqCst);
+        let r = Reaper { shared };
+        r.ensure_running();
+        r
+    }
+
+    /// Whether the reaper thread is alive.
+    pub fn is_running(&self) -> bool {
+        self.shared.alive.load(Ordering::SeqCst)
+    }
+
+    /// Starts the thread if it is not alive; false if that failed.
+    pub fn ensure_running(&self) -> bool {
+        if self.shared.alive.swap(true, Ordering::SeqCst) {
+            return true;
         }
-        Reaper { shared }
+        let s = Arc::clone(&self.shared);
+        if spawn_named("snapscan-reaper".into(), move || reap(s)) {
+            true
+        } else {
+            self.shared.alive.store(false, Ordering::SeqCst);
+            false
+        }
     }
 
     /// Hands `value` to the reaper thread, which drops it within `SWEEP`
-    /// (at once if the thread could not be started).
+    /// (later if the thread is not running: see the type's docs).
     ///
     /// Locking: holds the garbage mutex for a push.
     pub fn dispose<T: Send + 'static>(&self, value: T) {
-        if !self.shared.running.load(Ordering::SeqCst) {
-            drop(value);
-            return;
-        }
         let wake = {
             let mut g = self.shared.lock();
             g.push(Box::new(value));
@@ -289,6 +439,12 @@ impl Reaper {
 
 fn reap(shared: Arc<ReaperShared>) {
     set_thread_nice(19);
+    let name = "snapscan-reaper";
+    run_supervised(name, &|| reap_loop(&shared));
+    shared.alive.store(false, Ordering::SeqCst);
+}
+
+fn reap_loop(shared: &ReaperShared) {
     loop {
         let batch = {
             let g = shared.lock();
@@ -306,10 +462,17 @@ fn reap(shared: Arc<ReaperShared>) {
             std::mem::take(&mut *g)
         };
         let done = batch.is_empty() && !shared.running.load(Ordering::SeqCst);
-        // A panicking destructor must not end the thread.
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(batch)));
+        // A panicking destructor must not end the thread (the rest of the
+        // batch is then leaked by the unwind, not dropped twice).
+        if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(batch)))
+        {
+            note_panic("snapscan-reaper", &*p, "the thread goes on");
+        }
         if done {
             return;
+        }
+        if take_fault(Fault::Reaper) {
+            panic!("injected fault (test hook)");
         }
     }
 }
@@ -415,6 +578,44 @@ mod tests {
         // Idle again: a later value is still dropped.
         reaper.dispose(Counted(Arc::clone(&dropped)));
         wait_for(&dropped, 3 * WAKE_AT + 9);
+    }
+
+    #[test]
+    fn a_supervised_loop_is_restarted_after_each_panic() {
+        let runs = AtomicUsize::new(0);
+        let before = thread_restarts();
+        run_supervised("t", &|| {
+            if runs.fetch_add(1, Ordering::SeqCst) < 2 {
+                panic!("boom");
+            }
+        });
+        assert_eq!(runs.load(Ordering::SeqCst), 3);
+        assert!(thread_restarts() >= before + 2);
+    }
+
+    struct Bomb;
+    impl Drop for Bomb {
+        fn drop(&mut self) {
+            panic!("destructor panic");
+        }
+    }
+
+    #[test]
+    fn the_reaper_survives_a_panicking_destructor() {
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let reaper = Reaper::new();
+        reaper.dispose(Bomb);
+        wait_for(&dropped, 0);
+        reaper.dispose(Counted(Arc::clone(&dropped)));
+        wait_for(&dropped, 1);
+        assert!(reaper.is_running());
+    }
+
+    #[test]
+    fn injected_faults_fire_once() {
+        inject_fault(Fault::Janitor);
+        assert!(take_fault(Fault::Janitor));
+        assert!(!take_fault(Fault::Janitor));
     }
 
     #[test]

@@ -1,20 +1,40 @@
 //! The module's global state, created once in `init`.
 
 use crate::config;
-use crate::cursor::Registry;
+use crate::cursor::{Group, Registry};
 use crate::hash::watch::Watches;
 use crate::hash::HashCopy;
 use crate::index::live::OpenRequest;
 use crate::index::{Key, KeyMap, Live, Op, Snapshot, TypeNames};
-use crate::pool::{Pool, Reaper};
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::pool::{Fault, Pool, Reaper};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// A SNAPSHOT.SCAN iteration in progress: its snapshot and where to resume.
 pub struct ScanCursor {
     pub snap: Arc<Snapshot>,
     pub after: Key,
+    /// For an iteration opened inside a script: what is known of the
+    /// server's frozen clock (see `commands::scan`); `None` otherwise.
+    pub clock: Option<crate::commands::scan::ScriptClock>,
+}
+
+/// What a registered iteration shares its memory with.
+pub trait Grouped {
+    fn group(&self) -> Group;
+}
+
+impl Grouped for ScanCursor {
+    fn group(&self) -> Group {
+        Some((self.snap.db, self.snap.version))
+    }
+}
+
+impl Grouped for HashCursor {
+    fn group(&self) -> Group {
+        None
+    }
 }
 
 /// A SNAPSHOT.HSCAN iteration in progress: the hash copy and a position.
@@ -38,6 +58,8 @@ pub struct Stats {
     pub snapshots_opened: AtomicU64,
     pub keys_returned: AtomicU64,
     pub entries_examined: AtomicU64,
+    /// Inline calls refused because the index was too far behind.
+    pub scans_busy: AtomicU64,
 }
 
 pub struct Module {
@@ -54,6 +76,14 @@ pub struct Module {
     pub reaper: Reaper,
     pub stats: Stats,
     started: Instant,
+    indexer_alive: AtomicBool,
+    janitor_alive: AtomicBool,
+    /// Monotonic ms of the last attempt to restart missing threads.
+    last_respawn_ms: AtomicU64,
+    /// Test-only: the indexer applies nothing while set.
+    pub pause_indexer: AtomicBool,
+    /// One bound_retained pass at a time.
+    bounding: Mutex<()>,
 }
 
 static MODULE: OnceLock<Module> = OnceLock::new();
@@ -61,7 +91,7 @@ static MODULE: OnceLock<Module> = OnceLock::new();
 impl Module {
     /// Records a change of the keyspace (main thread or server lock held).
     pub fn push(&self, op: Op) -> u64 {
-        self.live.push(op, &|maps| self.reaper.dispose(maps))
+        self.live.push(op, &|maps| self.dispose_maps(maps))
     }
 
     /// Sequence number of the last recorded change.
@@ -78,15 +108,42 @@ impl Module {
     /// Runs on a worker (or inline): may apply pending changes itself.
     pub fn snapshot(&self, req: &OpenRequest) -> Arc<Snapshot> {
         self.live
-            .take(req, &|maps: Vec<KeyMap>| self.reaper.dispose(maps))
+            .take(req, &|maps: Vec<KeyMap>| self.dispose_maps(maps))
+    }
+
+    /// The snapshot of a request within `budget` of this thread's time
+    /// (the main thread: MULTI, scripts, no worker); `None` when the index
+    /// is too far behind, the request then withdrawn.
+    pub fn snapshot_within(
+        &self,
+        req: &Arc<OpenRequest>,
+        budget: Duration,
+    ) -> Option<Arc<Snapshot>> {
+        let got = self
+            .live
+            .take_within(req, budget, &|maps: Vec<KeyMap>| self.dispose_maps(maps));
+        if got.is_none() {
+            if let Some(s) = self.live.cancel(req) {
+                self.reaper.dispose(s);
+            }
+        }
+        got
     }
 
     /// The snapshot of a request if it can be had without waiting (see
     /// [`Live::try_take`]); main thread.
     pub fn try_snapshot(&self, req: &OpenRequest, max_apply: usize) -> Option<Arc<Snapshot>> {
-        self.live.try_take(req, max_apply, &|maps: Vec<KeyMap>| {
-            self.reaper.dispose(maps)
-        })
+        self.live
+            .try_take(req, max_apply, &|maps: Vec<KeyMap>| self.dispose_maps(maps))
+    }
+
+    /// Hands maps replaced by a flush or a load to the reaper; their bytes
+    /// count as being freed (not as held by old versions) until it has
+    /// dropped them.
+    pub fn dispose_maps(&self, maps: Vec<KeyMap>) {
+        let bytes = maps.iter().map(KeyMap::live_bytes).sum();
+        REAPING.fetch_add(bytes, Ordering::Relaxed);
+        self.reaper.dispose(Reaping { maps, bytes });
     }
 
     /// Runs `job` on a worker thread, or right here if the pool cannot
@@ -109,15 +166,17 @@ impl Module {
     /// Registers the continuation of an iteration in `cursors` (its
     /// `pages`-th page was just served) and returns its cursor id; the
     /// iterations evicted to make room are freed on the reaper.
-    pub fn open_cursor<T: Send + 'static>(
+    pub fn open_cursor<T: Grouped + Send + 'static>(
         &self,
         cursors: &Registry<T>,
         value: T,
         db: usize,
         pages: u64,
     ) -> u64 {
-        let (id, evicted) = cursors.insert(
+        let group = value.group();
+        let (id, evicted) = cursors.insert_in(
             value,
+            group,
             db,
             pages,
             self.mono_ms(),
@@ -140,6 +199,7 @@ impl Module {
 
 /// Creates the global state (idempotent).
 pub fn init(databases: usize, seed: u64) -> &'static Module {
+    crate::pool::set_logger(log_line);
     MODULE.get_or_init(|| Module {
         live: Live::new(databases),
         databases: databases.max(1),
@@ -155,6 +215,11 @@ pub fn init(databases: usize, seed: u64) -> &'static Module {
         reaper: Reaper::new(),
         stats: Stats::default(),
         started: Instant::now(),
+        indexer_alive: AtomicBool::new(false),
+        janitor_alive: AtomicBool::new(false),
+        last_respawn_ms: AtomicU64::new(0),
+        pause_indexer: AtomicBool::new(false),
+        bounding: Mutex::new(()),
     })
 }
 
@@ -162,30 +227,166 @@ pub fn try_get() -> Option<&'static Module> {
     MODULE.get()
 }
 
-/// Applies the index's operation log on its own thread, forever.
+/// Bytes of the maps handed to the reaper and not yet dropped.
+static REAPING: AtomicUsize = AtomicUsize::new(0);
+
+/// Maps on their way to the reaper (see [`Module::dispose_maps`]).
+struct Reaping {
+    maps: Vec<KeyMap>,
+    bytes: usize,
+}
+
+impl Drop for Reaping {
+    fn drop(&mut self) {
+        drop(std::mem::take(&mut self.maps));
+        REAPING.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
+/// Bytes of tree nodes held only by old versions (open iterations,
+/// snapshots being served or waiting for the reaper), not counting the
+/// maps of flushed databases being freed.
+pub fn retained_bytes(m: &Module) -> usize {
+    crate::index::tree::all_node_bytes()
+        .saturating_sub(m.live.live_node_bytes())
+        .saturating_sub(REAPING.load(Ordering::Relaxed))
+}
+
+/// Keeps the bytes held by old versions within `snapshot.max-retained-bytes`
+/// (0: unbounded) by ending the least recently used SNAPSHOT.SCAN
+/// iterations. Runs on the indexer after each batch (and each 2 ms poll)
+/// and on the janitor, never on the main thread. The snapshots of the
+/// iterations it ends are dropped right here, so that the next measurement
+/// sees the memory returned: handing them to the reaper would make the
+/// bound wait on its queue (a flushed database's map can take it seconds).
+pub fn bound_retained(m: &Module) {
+    let cap = config::get(&config::MAX_RETAINED_BYTES);
+    if cap == 0 || retained_bytes(m) <= cap {
+        return;
+    }
+    let Ok(_one) = m.bounding.try_lock() else {
+        return;
+    };
+    for _ in 0..64 {
+        let retained = retained_bytes(m);
+        if retained <= cap {
+            return;
+        }
+        let open = m.cursors.stats().open;
+        if open == 0 {
+            return;
+        }
+        // Older versions pin more: the share of iterations to end is at
+        // most the share of bytes over the cap, and at least one.
+        let n = (open as u128 * (retained - cap) as u128 / retained.max(1) as u128) as usize;
+        let ended = m.cursors.evict_lru(n.max(1));
+        if ended.is_empty() {
+            return;
+        }
+        drop(ended);
+    }
+}
+
+fn log_line(msg: &str) {
+    crate::ffi::log(std::ptr::null_mut(), "warning", msg);
+}
+
+/// Applies the index's operation log on its own thread, forever; a panic
+/// restarts the loop (see `pool::run_supervised`).
 pub fn start_indexer() {
-    let _ = std::thread::Builder::new()
-        .name("snapscan-indexer".into())
-        .spawn(|| {
-            if let Some(m) = try_get() {
+    let Some(m) = try_get() else { return };
+    m.indexer_alive.store(true, Ordering::SeqCst);
+    let ok = crate::pool::spawn_named("snapscan-indexer".into(), || {
+        if let Some(m) = try_get() {
+            crate::pool::run_supervised("snapscan-indexer", &|| {
                 m.live
-                    .run_indexer(&|maps: Vec<KeyMap>| m.reaper.dispose(maps));
-            }
-        });
+                    .run_indexer(&|maps: Vec<KeyMap>| m.dispose_maps(maps), &|_| {
+                        indexer_tick(m)
+                    })
+            });
+            m.indexer_alive.store(false, Ordering::SeqCst);
+        }
+    });
+    if !ok {
+        m.indexer_alive.store(false, Ordering::SeqCst);
+    }
+}
+
+fn indexer_tick(m: &Module) {
+    if crate::pool::take_fault(Fault::Indexer) {
+        panic!("injected fault (test hook)");
+    }
+    // Test hook: hold the indexer (bounded, re-checked every millisecond).
+    while m.pause_indexer.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    bound_retained(m);
 }
 
 /// Drops idle cursors every 250 ms, forever, on its own thread. It touches
-/// only the cursor registry, never server state.
+/// only the cursor registry, never server state. It also bounds retained
+/// snapshot memory and restarts missing threads.
 pub fn start_janitor() {
-    let _ = std::thread::Builder::new()
-        .name("snapscan-janitor".into())
-        .spawn(|| loop {
-            std::thread::sleep(std::time::Duration::from_millis(250));
-            if let Some(m) = try_get() {
+    let Some(m) = try_get() else { return };
+    m.janitor_alive.store(true, Ordering::SeqCst);
+    let ok = crate::pool::spawn_named("snapscan-janitor".into(), || {
+        if let Some(m) = try_get() {
+            crate::pool::run_supervised("snapscan-janitor", &|| loop {
+                std::thread::sleep(Duration::from_millis(250));
+                if crate::pool::take_fault(Fault::Janitor) {
+                    panic!("injected fault (test hook)");
+                }
                 let idle_ms = config::get(&config::IDLE_TIMEOUT) as u64 * 1000;
                 drop(m.cursors.expire_idle(m.mono_ms(), idle_ms));
                 drop(m.hash_cursors.expire_idle(m.mono_ms(), idle_ms));
                 m.watches.sweep();
-            }
-        });
+                bound_retained(m);
+                ensure_threads(m);
+            });
+            m.janitor_alive.store(false, Ordering::SeqCst);
+        }
+    });
+    if !ok {
+        m.janitor_alive.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Threads of the module that are not running right now (indexer,
+/// janitor, reaper, and missing workers).
+pub fn threads_down(m: &Module) -> u64 {
+    let missing_workers = m.pool.target().saturating_sub(m.pool.threads());
+    u64::from(!m.indexer_alive.load(Ordering::SeqCst))
+        + u64::from(!m.janitor_alive.load(Ordering::SeqCst))
+        + u64::from(!m.reaper.is_running())
+        + missing_workers as u64
+}
+
+/// Restarts any module thread that could not be started (at most one
+/// attempt per second; cheap otherwise). Called by the janitor and, in case
+/// the janitor itself is missing, by SNAPSHOT.SCAN and INFO.
+pub fn ensure_threads(m: &Module) {
+    if threads_down(m) == 0 {
+        return;
+    }
+    let now = m.mono_ms();
+    let last = m.last_respawn_ms.load(Ordering::SeqCst);
+    if now.saturating_sub(last) < 1000
+        || m.last_respawn_ms
+            .compare_exchange(last, now, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+    {
+        return;
+    }
+    if !m.reaper.is_running() {
+        m.reaper.ensure_running();
+    }
+    if m.pool.threads() < m.pool.target() {
+        m.pool.resize(m.pool.target());
+    }
+    if !m.indexer_alive.load(Ordering::SeqCst) {
+        start_indexer();
+    }
+    if !m.janitor_alive.load(Ordering::SeqCst) {
+        start_janitor();
+    }
 }

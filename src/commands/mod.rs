@@ -6,6 +6,7 @@
 pub mod args;
 pub mod hscan;
 pub mod scan;
+pub mod testhook;
 
 use crate::ffi::{self, api, reply::Reply, Ctx};
 use args::CmdError;
@@ -58,6 +59,14 @@ extern "C" fn snapshot_hscan(
     argc: c_int,
 ) -> c_int {
     dispatch(ctx, argv, argc, hscan::run)
+}
+
+extern "C" fn snapshot_testhook(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    dispatch(ctx, argv, argc, testhook::run)
 }
 
 struct Spec {
@@ -146,11 +155,21 @@ fn set_hscan_info(ctx: Ctx, name: &CString) {
     }
 }
 
+/// Test-only fault injection (see `testhook`).
+const TESTHOOK: Spec = Spec {
+    name: "snapshot.testhook",
+    func: Some(snapshot_testhook),
+    flags: "admin",
+    keys: (0, 0, 0),
+    acl: "admin dangerous",
+};
+
 /// Registers every command. ACL categories are set where the server
 /// supports them (Redis 7.2+/Valkey); on Redis 7.0 commands get none.
 pub fn register(ctx: Ctx) -> Result<(), String> {
     let create = api!(RedisModule_CreateCommand).ok_or("no CreateCommand")?;
-    for c in COMMANDS {
+    let hooks = testhook::enabled().then_some(&TESTHOOK);
+    for c in COMMANDS.iter().chain(hooks) {
         let name = CString::new(c.name).map_err(|e| e.to_string())?;
         let flags = CString::new(c.flags).map_err(|e| e.to_string())?;
         // SAFETY: OnLoad context, valid C strings, a valid extern callback.

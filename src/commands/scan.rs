@@ -3,6 +3,7 @@
 use super::args::{parse_cursor, parse_options, Allowed, CmdError};
 use crate::backfill;
 use crate::config;
+use crate::ffi::expiry::Verdict;
 use crate::ffi::{self, blocked::BlockedReply, reply::Reply, Ctx};
 use crate::glob::Pattern;
 use crate::index::live::OpenRequest;
@@ -10,19 +11,39 @@ use crate::index::walk::{walk, Page, ScanSpec};
 use crate::index::{Key, Snapshot};
 use crate::state::{self, Module, ScanCursor};
 use std::sync::Arc;
+use std::time::Duration;
 
 const DEFAULT_COUNT: usize = 10;
+
+/// The most time a call that cannot block (MULTI, scripts, functions, no
+/// worker thread) spends applying the index's backlog on the main thread
+/// to cut its snapshot; past it the call answers `TRYAGAIN`.
+pub const INLINE_TAKE_BUDGET: Duration = Duration::from_millis(1);
+
+/// What is known of the frozen clock `T0` (Unix ms) at which the server
+/// judged expiry during the script that opened an iteration:
+/// `lo <= T0 <= hi`. `hi` is the server's cached clock at the cursor-0 call
+/// (the snapshot's instant), which a script running past
+/// `busy-reply-threshold` lets run ahead of `T0`. A key whose expiry lies
+/// in `[lo, hi)` is judged by asking the server (see `ffi::expiry`) while
+/// the call runs inline; the first such key found alive gives `T0` exactly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScriptClock {
+    pub lo: i64,
+    pub hi: i64,
+}
 
 /// Where a call starts: a new snapshot, or a position in one.
 enum Start {
     /// Cursor 0: a snapshot request registered at the current end of the
     /// index's log; whoever serves it takes the snapshot cut exactly there.
-    Open(Arc<OpenRequest>),
+    Open(Arc<OpenRequest>, Option<ScriptClock>),
     /// A snapshot in hand: after `after` (a continuation), or from the start.
     At {
         snap: Arc<Snapshot>,
         after: Option<Key>,
         pages: u64,
+        clock: Option<ScriptClock>,
     },
 }
 
@@ -31,8 +52,10 @@ enum Start {
 /// On the main thread: parse, open or look up the snapshot. A small page
 /// (COUNT and the entries it needs within `snapshot.inline-entries`, the
 /// snapshot ready) is answered at once; any other blocks the client and
-/// goes to a worker. Inside MULTI/Lua/functions (no blocking allowed) the
-/// walk runs inline, bounded by the work budget.
+/// goes to a worker. Inside MULTI/Lua/functions (no blocking allowed) or
+/// without a worker thread the walk runs inline, bounded by the work
+/// budget, after at most [`INLINE_TAKE_BUDGET`] of applying the index's
+/// backlog (else `TRYAGAIN`).
 pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     if args.len() < 2 {
         return Err(CmdError::WrongArity);
@@ -46,6 +69,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
         },
     )?;
     let m = state::try_get().ok_or_else(|| CmdError::msg("ERR snapscan is not initialised"))?;
+    state::ensure_threads(m);
     crate::events::settle();
     let p = backfill::progress();
     if p.running {
@@ -68,14 +92,25 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     let db = ffi::selected_db(ctx);
     let start = if cursor == 0 {
         Module::bump(&m.stats.snapshots_opened, 1);
-        Start::Open(m.open(db, ffi::command_time_ms()))
+        let at = ffi::command_time_ms();
+        let clock = (ffi::in_script(ctx) && ffi::expiry::supported()).then_some(ScriptClock {
+            lo: i64::MIN,
+            hi: at,
+        });
+        Start::Open(m.open(db, at), clock)
     } else {
         match m.cursors.take_in(cursor, db) {
             Ok(e) => Start::At {
                 snap: e.value.snap,
                 after: Some(e.value.after),
                 pages: e.pages,
+                clock: e.value.clock,
             },
+            Err(None) if m.cursors.ended_by_eviction(cursor) => {
+                return Err(CmdError::msg(format!(
+                    "ERR cursor {cursor}: snapscan: iteration ended to bound snapshot memory (snapshot.max-retained-bytes); restart the scan from cursor 0"
+                )))
+            }
             Err(None) => {
                 return Err(CmdError::msg(format!(
                     "ERR cursor {cursor} is unknown, already used or expired; restart the scan from cursor 0"
@@ -95,7 +130,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
         budget: config::get(&config::SCAN_BUDGET),
     };
     Module::bump(&m.stats.scans, 1);
-    let (blocked, start) = if ffi::blocking_denied(ctx) {
+    let (blocked, start) = if ffi::blocking_denied(ctx) || m.pool.threads() == 0 {
         (None, start)
     } else {
         match small_page(m, start, &spec) {
@@ -117,7 +152,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
         }
         None => {
             Module::bump(&m.stats.scans_sync, 1);
-            let (next, keys) = serve(m, start, &spec);
+            let (next, keys) = serve_inline(ctx, m, start, &spec)?;
             write_page(&Reply::new(ctx), next, &keys);
         }
     }
@@ -126,14 +161,106 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
 
 /// Computes one page and registers the continuation. Returns the next
 /// cursor (0 when done) and the keys. Runs on a worker, without the server
-/// lock (or inline for MULTI/Lua).
+/// lock.
 fn serve(m: &'static Module, start: Start, spec: &ScanSpec) -> (u64, Vec<Key>) {
-    let (snap, after, pages) = match start {
-        Start::Open(req) => (m.snapshot(&req), None, 0),
-        Start::At { snap, after, pages } => (snap, after, pages),
+    let (snap, after, pages, clock) = match start {
+        Start::Open(req, clock) => (m.snapshot(&req), None, 0, clock),
+        Start::At {
+            snap,
+            after,
+            pages,
+            clock,
+        } => (snap, after, pages, clock),
     };
-    let page = walk(&snap.map, snap.at_ms, after.as_ref(), spec);
-    finish(m, snap, pages, page)
+    let (page, clock) = page_of(&snap, after.as_ref(), spec, clock, None);
+    finish(m, snap, pages, page, clock)
+}
+
+/// [`serve`] on the main thread, where the client cannot be blocked: the
+/// snapshot is cut within [`INLINE_TAKE_BUDGET`] or the call answers
+/// `TRYAGAIN`; keys of a script's iteration whose expiry the server's
+/// frozen clock decides are judged by the server.
+fn serve_inline(
+    ctx: Ctx,
+    m: &'static Module,
+    start: Start,
+    spec: &ScanSpec,
+) -> Result<(u64, Vec<Key>), CmdError> {
+    let (snap, after, pages, clock) = match start {
+        Start::Open(req, clock) => match m.snapshot_within(&req, INLINE_TAKE_BUDGET) {
+            Some(snap) => (snap, None, 0, clock),
+            None => {
+                Module::bump(&m.stats.scans_busy, 1);
+                return Err(CmdError::msg(format!(
+                    "TRYAGAIN snapscan: the index has {} recorded changes still to apply, more than a call that cannot block (MULTI, scripts, functions) may apply on the main thread; retry shortly",
+                    m.live().backlog()
+                )));
+            }
+        },
+        Start::At {
+            snap,
+            after,
+            pages,
+            clock,
+        } => (snap, after, pages, clock),
+    };
+    let judge = |name: &[u8], when: i64| ffi::expiry::judge(ctx, name, when);
+    let (page, clock) = page_of(&snap, after.as_ref(), spec, clock, Some(&judge));
+    Ok(finish(m, snap, pages, page, clock))
+}
+
+/// Asks the server about a key's expiry (main thread only).
+type Judge<'a> = &'a dyn Fn(&[u8], i64) -> Verdict;
+
+/// One page of `snap`. Expiry is judged at the snapshot's instant, except
+/// for an iteration opened inside a script (`clock`): there keys whose
+/// expiry lies between what is known of the script's frozen clock are
+/// judged by the server when `judge` is given (inline calls), and as
+/// expired otherwise (at `clock.hi`, the cached clock of the cursor-0 call).
+fn page_of(
+    snap: &Snapshot,
+    after: Option<&Key>,
+    spec: &ScanSpec,
+    clock: Option<ScriptClock>,
+    judge: Option<Judge>,
+) -> (Page, Option<ScriptClock>) {
+    let (Some(mut c), Some(judge)) = (clock, judge) else {
+        let at = clock.map_or(snap.at_ms, |c| c.hi);
+        return (walk(&snap.map, at, after, spec), clock);
+    };
+    if c.lo >= c.hi {
+        return (walk(&snap.map, c.hi, after, spec), clock);
+    }
+    let mut page = walk(&snap.map, c.lo, after, spec);
+    page.keys.retain(|k| {
+        let Some(when) = snap.map.get(k.as_bytes()).and_then(|m| m.expire_at()) else {
+            return true;
+        };
+        if when >= c.hi {
+            return true;
+        }
+        if when < c.lo {
+            return false;
+        }
+        match judge(k.as_bytes(), when) {
+            // Only the script that opened the iteration can see a key alive
+            // whose expiry lies before the cursor-0 call's clock: its frozen
+            // clock is now known.
+            Verdict::Alive { now_ms } => {
+                c = ScriptClock {
+                    lo: now_ms,
+                    hi: now_ms,
+                };
+                true
+            }
+            Verdict::Expired => {
+                c.lo = c.lo.max(when.saturating_add(1)).min(c.hi);
+                false
+            }
+            Verdict::Unknown => false,
+        }
+    });
+    (page, Some(c))
 }
 
 /// Pending index operations a small cursor-0 page may apply on the main
@@ -151,30 +278,46 @@ fn small_page(m: &'static Module, start: Start, spec: &ScanSpec) -> Result<(u64,
     if spec.count > limit {
         return Err(start);
     }
-    let (snap, after, pages) = match start {
-        Start::Open(req) => match m.try_snapshot(&req, INLINE_APPLY_MAX) {
-            Some(snap) => (snap, None, 0),
-            None => return Err(Start::Open(req)),
+    let (snap, after, pages, clock) = match start {
+        Start::Open(req, clock) => match m.try_snapshot(&req, INLINE_APPLY_MAX) {
+            Some(snap) => (snap, None, 0, clock),
+            None => return Err(Start::Open(req, clock)),
         },
-        Start::At { snap, after, pages } => (snap, after, pages),
+        Start::At {
+            snap,
+            after,
+            pages,
+            clock,
+        } => (snap, after, pages, clock),
     };
     let small = ScanSpec {
         budget: spec.budget.min(limit),
         ..spec.clone()
     };
-    let page = walk(&snap.map, snap.at_ms, after.as_ref(), &small);
+    let (page, clock) = page_of(&snap, after.as_ref(), &small, clock, None);
     let complete = page.resume_after.is_none()
         || page.keys.len() >= spec.count
         || page.examined >= spec.budget;
     if !complete {
-        return Err(Start::At { snap, after, pages });
+        return Err(Start::At {
+            snap,
+            after,
+            pages,
+            clock,
+        });
     }
-    Ok(finish(m, snap, pages, page))
+    Ok(finish(m, snap, pages, page, clock))
 }
 
 /// Counts a page and registers its continuation: the next cursor (0 when
 /// the iteration is complete) and the keys.
-fn finish(m: &'static Module, snap: Arc<Snapshot>, pages: u64, page: Page) -> (u64, Vec<Key>) {
+fn finish(
+    m: &'static Module,
+    snap: Arc<Snapshot>,
+    pages: u64,
+    page: Page,
+    clock: Option<ScriptClock>,
+) -> (u64, Vec<Key>) {
     Module::bump(&m.stats.entries_examined, page.examined as u64);
     Module::bump(&m.stats.keys_returned, page.keys.len() as u64);
     let next = match page.resume_after {
@@ -186,7 +329,7 @@ fn finish(m: &'static Module, snap: Arc<Snapshot>, pages: u64, page: Page) -> (u
         }
         Some(after) => {
             let db = snap.db;
-            m.open_cursor(&m.cursors, ScanCursor { snap, after }, db, pages + 1)
+            m.open_cursor(&m.cursors, ScanCursor { snap, after, clock }, db, pages + 1)
         }
     };
     (next, page.keys)

@@ -4,6 +4,7 @@
 pub mod blocked;
 pub mod call;
 pub mod cpu;
+pub mod expiry;
 pub mod hashcopy;
 pub mod keys;
 pub mod mainloop;
@@ -114,6 +115,15 @@ pub fn command_time_ms() -> i64 {
         Some(f) => (unsafe { f() }) / 1000,
         None => now_ms(),
     }
+}
+
+/// Whether the running command was called from a script or function.
+pub fn in_script(ctx: Ctx) -> bool {
+    let Some(f) = api!(RedisModule_GetContextFlags) else {
+        return false;
+    };
+    // SAFETY: ctx is the live context of the current command.
+    (unsafe { f(ctx) } as u32) & raw::REDISMODULE_CTX_FLAGS_LUA != 0
 }
 
 /// Whether the client behind `ctx` may not be blocked (MULTI, Lua,

@@ -21,10 +21,11 @@
 //! instead of unbounded memory).
 
 use super::{Key, KeyMap, Keyspace, Meta, Snapshot};
+use arc_swap::ArcSwap;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// One change of the keyspace, in the order the server made it.
 #[derive(Debug, Clone)]
@@ -43,6 +44,10 @@ pub const MAX_BACKLOG: usize = 1 << 20;
 const BATCH: usize = 1024;
 /// Indexer pause when it has caught up.
 const POLL: Duration = Duration::from_millis(2);
+/// Operations per lock hold of [`Live::take_within`], and per chunk of a
+/// batch, after which an applier hands the index over to a waiting thread
+/// (a few tens of microseconds).
+const SMALL_BATCH: usize = 64;
 
 /// A snapshot requested at a position of the log.
 pub struct OpenRequest {
@@ -86,6 +91,13 @@ impl OpLog {
         self.len += 1;
     }
 
+    /// Puts operations taken by [`take_front`](Self::take_front) back in
+    /// front of the log (the index lock held: nobody popped meanwhile).
+    fn push_front(&mut self, ops: Vec<Op>) {
+        self.len += ops.len();
+        self.chunks.push_front(VecDeque::from(ops));
+    }
+
     /// Removes and returns the first `n` operations (fewer if there are not
     /// that many).
     fn take_front(&mut self, n: usize) -> Vec<Op> {
@@ -126,6 +138,9 @@ pub struct Figures {
     pub memory_estimate: usize,
     /// Version of every database.
     pub versions: Vec<u64>,
+    /// Bytes of the tree nodes reachable from the live maps (the rest of
+    /// [`super::tree::all_node_bytes`] is held by old versions).
+    pub live_node_bytes: usize,
 }
 
 impl Figures {
@@ -136,6 +151,7 @@ impl Figures {
             total: ks.total_keys(),
             memory_estimate: ks.live_bytes(),
             versions: (0..ks.databases()).map(|db| ks.version(db)).collect(),
+            live_node_bytes: ks.live_node_bytes(),
         }
     }
 }
@@ -143,8 +159,12 @@ impl Figures {
 pub struct Live {
     index: Mutex<Keyspace>,
     /// Figures published by whoever applied the last batch, for readers
-    /// that must not wait for the index (the main thread).
-    published: Mutex<Figures>,
+    /// that must not wait for the index (the main thread): swapped in
+    /// without a lock, read without waiting.
+    published: ArcSwap<Figures>,
+    /// Bytes of the live maps' nodes as of the last batch (see
+    /// [`Figures::live_node_bytes`]).
+    live_node_bytes: AtomicUsize,
     queue: Mutex<Queue>,
     /// Operations pushed so far (sequence number of the last one).
     pushed: AtomicU64,
@@ -165,7 +185,8 @@ impl Live {
     pub fn new(databases: usize) -> Self {
         let index = Keyspace::new(databases);
         Live {
-            published: Mutex::new(Figures::of(&index, 0)),
+            published: ArcSwap::from_pointee(Figures::of(&index, 0)),
+            live_node_bytes: AtomicUsize::new(0),
             index: Mutex::new(index),
             queue: Mutex::new(Queue {
                 ops: OpLog::default(),
@@ -228,6 +249,77 @@ impl Live {
             drop(ks);
             self.let_waiters_in();
         }
+    }
+
+    /// [`take`](Self::take) within a time budget, for the main thread:
+    /// applies the log in small batches until the request is cut or
+    /// `budget` has passed (waiting meanwhile, without blocking, for an
+    /// indexer batch in progress). `None` when out of time: the request
+    /// stays registered; [`cancel`](Self::cancel) it if it is given up.
+    pub fn take_within(
+        &self,
+        req: &OpenRequest,
+        budget: Duration,
+        dispose: Dispose,
+    ) -> Option<Arc<Snapshot>> {
+        if let Some(s) = lock(&req.cut).take() {
+            return Some(s);
+        }
+        let deadline = Instant::now() + budget;
+        // Counted as waiting, so that an applier hands the index over after
+        // its current chunk of SMALL_BATCH operations.
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let got = loop {
+            match self.index.try_lock() {
+                Ok(g) => break Some(g),
+                Err(TryLockError::Poisoned(p)) => break Some(p.into_inner()),
+                Err(TryLockError::WouldBlock) => {
+                    if lock(&req.cut).is_some() || Instant::now() >= deadline {
+                        break None;
+                    }
+                    std::thread::yield_now();
+                }
+            }
+        };
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        let Some(mut ks) = got else {
+            return lock(&req.cut).take();
+        };
+        loop {
+            if let Some(s) = lock(&req.cut).take() {
+                return Some(s);
+            }
+            self.cut_due(&mut ks);
+            if let Some(s) = lock(&req.cut).take() {
+                return Some(s);
+            }
+            let want = req
+                .seq
+                .saturating_sub(self.applied.load(Ordering::SeqCst))
+                .clamp(1, SMALL_BATCH as u64) as usize;
+            if self.apply_batch(&mut ks, want, dispose) == 0 {
+                return Some(ks.snapshot(req.db, req.at_ms));
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+        }
+    }
+
+    /// Withdraws a request nobody will take (see [`take_within`](Self::take_within)).
+    /// Returns its snapshot if it was cut meanwhile, for the caller to drop
+    /// off the main thread.
+    pub fn cancel(&self, req: &Arc<OpenRequest>) -> Option<Arc<Snapshot>> {
+        {
+            let mut q = lock(&self.queue);
+            if let Some(v) = q.opens.get_mut(&req.seq) {
+                v.retain(|r| !Arc::ptr_eq(r, req));
+                if v.is_empty() {
+                    q.opens.remove(&req.seq);
+                }
+            }
+        }
+        lock(&req.cut).take()
     }
 
     /// [`take`](Self::take) if that is cheap: nobody holds the index (the
@@ -332,7 +424,7 @@ impl Live {
             Err(TryLockError::Poisoned(p)) => {
                 Figures::of(&p.into_inner(), self.applied.load(Ordering::SeqCst))
             }
-            Err(TryLockError::WouldBlock) => lock(&self.published).clone(),
+            Err(TryLockError::WouldBlock) => (**self.published.load()).clone(),
         }
     }
 
@@ -368,7 +460,7 @@ impl Live {
         while done < max {
             self.cut_due(ks);
             // Pop up to the next registered request (or `max`).
-            let batch: Vec<Op> = {
+            let mut batch: Vec<Op> = {
                 let mut q = lock(&self.queue);
                 let applied = self.applied.load(Ordering::SeqCst);
                 let until_open = q
@@ -384,29 +476,54 @@ impl Live {
             if batch.is_empty() {
                 break;
             }
-            let mut run: Vec<(usize, &Key, Option<Meta>)> = Vec::with_capacity(batch.len());
-            for op in &batch {
-                if let Op::Set(db, key, truth) = op {
-                    run.push((*db, key, *truth));
-                    continue;
+            // Applied in chunks: someone waiting for the index (the main
+            // thread) gets it after the current chunk, the rest of the
+            // batch going back to the front of the log. Within a chunk,
+            // runs of truths are looked up together (`Keyspace::apply_run`).
+            let mut at = 0;
+            let mut run: Vec<(usize, &Key, Option<Meta>)> = Vec::with_capacity(SMALL_BATCH);
+            while at < batch.len() {
+                let end = (at + SMALL_BATCH).min(batch.len());
+                for op in &batch[at..end] {
+                    if let Op::Set(db, key, truth) = op {
+                        run.push((*db, key, *truth));
+                        continue;
+                    }
+                    changed += ks.apply_run(&run) as u64;
+                    run.clear();
+                    match op {
+                        Op::Set(..) => {}
+                        Op::Flush(db) => freed.push(ks.flush(*db)),
+                        Op::FlushAll => freed.extend(ks.flush_all()),
+                        Op::Swap(a, b) => ks.swap(*a, *b),
+                    }
                 }
                 changed += ks.apply_run(&run) as u64;
                 run.clear();
-                match op {
-                    Op::Set(..) => {}
-                    Op::Flush(db) => freed.push(ks.flush(*db)),
-                    Op::FlushAll => freed.extend(ks.flush_all()),
-                    Op::Swap(a, b) => ks.swap(*a, *b),
+                done += end - at;
+                self.applied.fetch_add((end - at) as u64, Ordering::SeqCst);
+                at = end;
+                if self.waiting.load(Ordering::Relaxed) > 0 {
+                    break;
                 }
             }
-            changed += ks.apply_run(&run) as u64;
-            done += batch.len();
-            self.applied.fetch_add(batch.len() as u64, Ordering::SeqCst);
+            drop(run);
+            if at < batch.len() {
+                let rest = batch.split_off(at);
+                lock(&self.queue).ops.push_front(rest);
+                break;
+            }
+            if self.waiting.load(Ordering::Relaxed) > 0 {
+                break;
+            }
         }
         self.cut_due(ks);
         self.changes.fetch_add(changed, Ordering::Relaxed);
         if done > 0 {
-            *lock(&self.published) = Figures::of(ks, self.applied.load(Ordering::SeqCst));
+            let f = Figures::of(ks, self.applied.load(Ordering::SeqCst));
+            self.live_node_bytes
+                .store(f.live_node_bytes, Ordering::Relaxed);
+            self.published.store(Arc::new(f));
         }
         if !freed.is_empty() {
             dispose(freed);
@@ -414,18 +531,26 @@ impl Live {
         done
     }
 
+    /// Bytes of the live maps' nodes as of the last applied batch.
+    pub fn live_node_bytes(&self) -> usize {
+        self.live_node_bytes.load(Ordering::Relaxed)
+    }
+
     /// The indexer loop: applies the log as it arrives, forever. It polls
     /// (every [`POLL`] when idle) instead of being woken, so pushing costs
     /// the main thread no system call; snapshot requests never wait for the
-    /// poll (the worker applies what it needs itself).
-    pub fn run_indexer(&self, dispose: Dispose) {
+    /// poll (the worker applies what it needs itself). `after_batch` runs
+    /// after every batch (and poll), without the index lock.
+    pub fn run_indexer(&self, dispose: Dispose, after_batch: &dyn Fn(usize)) {
         loop {
             let applied = {
                 let mut ks = lock(&self.index);
                 self.apply_batch(&mut ks, BATCH, dispose)
             };
             self.let_waiters_in();
-            if applied < BATCH {
+            after_batch(applied);
+            // Caught up (a batch cut short by a waiting thread is not).
+            if applied == 0 || (applied < BATCH && self.backlog() == 0) {
                 std::thread::sleep(POLL);
             }
         }
@@ -516,7 +641,7 @@ mod tests {
     fn indexer_running_ahead_never_leaks_later_writes_into_a_snapshot() {
         let live = Arc::new(Live::new(1));
         let l2 = Arc::clone(&live);
-        std::thread::spawn(move || l2.run_indexer(NOTHING));
+        std::thread::spawn(move || l2.run_indexer(NOTHING, &|_| {}));
         for round in 0..200u32 {
             for i in 0..20u32 {
                 live.push(put(0, &format!("k{round}:{i}")), NOTHING);
@@ -536,6 +661,62 @@ mod tests {
                 0,
                 "round {round}: exactly the state after the flush"
             );
+        }
+    }
+
+    #[test]
+    fn take_within_keeps_its_budget_and_a_cancelled_request_is_never_cut() {
+        let live = Live::new(1);
+        for i in 0..200_000 {
+            live.push(put(0, &format!("k{i}")), NOTHING);
+        }
+        let req = live.open(0, 0);
+        let t = Instant::now();
+        let got = live.take_within(&req, Duration::from_millis(1), NOTHING);
+        assert!(got.is_none(), "200k operations do not apply in 1 ms");
+        assert!(t.elapsed() < Duration::from_millis(50), "{:?}", t.elapsed());
+        assert!(live.backlog() > 0 && live.backlog() < 200_000);
+        assert!(live.cancel(&req).is_none());
+        // Withdrawn: applying everything cuts nothing for it.
+        drop(live.sync(live.pushed(), NOTHING));
+        assert!(lock(&req.cut).is_none());
+        assert!(lock(&live.queue).opens.is_empty());
+        // With the backlog gone, the same call succeeds at once.
+        let req = live.open(0, 0);
+        let snap = live.take_within(&req, Duration::from_millis(1), NOTHING);
+        assert_eq!(snap.map(|s| s.map.len()), Some(200_000));
+    }
+
+    #[test]
+    fn an_applier_hands_the_index_over_after_one_chunk_to_a_waiting_thread() {
+        let live = Live::new(1);
+        // 100 keys written over and over: the last write of each must win.
+        let n = 3 * BATCH;
+        for i in 0..n {
+            let meta = Meta::new(STRING, Some(i as i64));
+            live.push(
+                Op::Set(0, Key::new(format!("k{}", i % 100).as_bytes()), Some(meta)),
+                NOTHING,
+            );
+        }
+        let mut ks = lock(&live.index);
+        assert_eq!(live.apply_batch(&mut ks, BATCH, NOTHING), BATCH);
+        live.waiting.fetch_add(1, Ordering::SeqCst);
+        assert_eq!(live.apply_batch(&mut ks, BATCH, NOTHING), SMALL_BATCH);
+        live.waiting.fetch_sub(1, Ordering::SeqCst);
+        assert_eq!(live.apply_batch(&mut ks, BATCH, NOTHING), BATCH);
+        // The rest of the interrupted batch was put back, in order.
+        assert_eq!(
+            live.apply_batch(&mut ks, BATCH, NOTHING),
+            BATCH - SMALL_BATCH
+        );
+        assert_eq!(live.backlog(), 0);
+        for k in 0..100 {
+            let last = (0..n).rev().find(|i| i % 100 == k).unwrap();
+            let got = ks
+                .get(0, format!("k{k}").as_bytes())
+                .and_then(|m| m.expire_at());
+            assert_eq!(got, Some(last as i64), "k{k}");
         }
     }
 

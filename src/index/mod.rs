@@ -230,6 +230,11 @@ impl Keyspace {
         self.dbs.iter().map(|d| d.map.live_bytes()).sum()
     }
 
+    /// Bytes of the nodes reachable from the live maps (O(databases)).
+    pub fn live_node_bytes(&self) -> usize {
+        self.dbs.iter().map(|d| d.map.live_bytes()).sum()
+    }
+
     pub fn total_keys(&self) -> usize {
         self.dbs.iter().map(|d| d.map.len()).sum()
     }

@@ -1,0 +1,67 @@
+//! SNAPSHOT.TESTHOOK: fault injection for the integration tests
+//! (tests/robust.rs). **Test-only**: registered only when the environment
+//! variable `SNAPSCAN_TEST_HOOKS=1` is set when the module loads; a
+//! production server never has it.
+
+use super::args::CmdError;
+use crate::ffi::{reply::Reply, Ctx};
+use crate::pool::{self, Fault};
+use crate::state;
+use std::sync::atomic::Ordering;
+
+/// Whether the test hooks are enabled (read once, at load).
+pub fn enabled() -> bool {
+    std::env::var("SNAPSCAN_TEST_HOOKS").is_ok_and(|v| v == "1")
+}
+
+/// Applies `SNAPSCAN_TEST_FAIL_SPAWNS=<n>` (the next n thread spawns fail)
+/// before the module starts its threads; test-only like the command.
+pub fn at_load() {
+    if !enabled() {
+        return;
+    }
+    if let Some(n) = std::env::var("SNAPSCAN_TEST_FAIL_SPAWNS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        pool::fail_next_spawns(n);
+    }
+}
+
+/// `SNAPSHOT.TESTHOOK PANIC indexer|janitor|reaper|worker | PAUSE-INDEXER 0|1 | FAIL-SPAWNS <n>`
+pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
+    let m = state::try_get().ok_or_else(|| CmdError::msg("ERR snapscan is not initialised"))?;
+    let (Some(what), Some(arg)) = (args.get(1), args.get(2)) else {
+        return Err(CmdError::WrongArity);
+    };
+    let is = |a: &[u8], s: &str| a.eq_ignore_ascii_case(s.as_bytes());
+    if is(what, "panic") {
+        if is(arg, "indexer") {
+            pool::inject_fault(Fault::Indexer);
+        } else if is(arg, "janitor") {
+            pool::inject_fault(Fault::Janitor);
+        } else if is(arg, "reaper") {
+            pool::inject_fault(Fault::Reaper);
+            m.reaper.dispose(()); // wakes it
+        } else if is(arg, "worker") {
+            let _ = m
+                .pool
+                .submit(Box::new(|| panic!("injected fault (test hook)")));
+        } else {
+            return Err(CmdError::msg("ERR syntax error"));
+        }
+    } else if is(what, "pause-indexer") {
+        m.pause_indexer.store(is(arg, "1"), Ordering::SeqCst);
+    } else if is(what, "fail-spawns") {
+        let n = std::str::from_utf8(arg)
+            .ok()
+            .and_then(|s| s.parse::<usize>().ok())
+            .ok_or_else(|| CmdError::msg("ERR value is not an integer or out of range"))?;
+        pool::fail_next_spawns(n);
+    } else {
+        return Err(CmdError::msg("ERR syntax error"));
+    }
+    let r = Reply::new(ctx);
+    r.bulk(b"OK");
+    Ok(())
+}

@@ -1,0 +1,82 @@
+//! Asking the server how it judges a key's expiry right now, without side
+//! effects. Inside a script the server judges expiry at the script's frozen
+//! start time, which a module cannot read directly: `RedisModule_Milliseconds`
+//! is the wall clock, and `RedisModule_CachedMicroseconds` is refreshed while
+//! a script that has run past `busy-reply-threshold` lets the server answer
+//! other clients. Only a key with a TTL reveals it: a key opened with
+//! `NOEXPIRE` is empty when it is logically expired at the command time,
+//! and `RedisModule_GetExpire` is its expiry minus that time.
+
+use super::{api, Ctx, OwnedString};
+use redis_module::raw;
+
+/// The server's verdict on a key at the running command's time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Alive; the command time is `now_ms` exactly.
+    Alive { now_ms: i64 },
+    /// Logically expired (or gone).
+    Expired,
+    /// The key no longer has that expiry, or the server cannot tell.
+    Unknown,
+}
+
+const OPEN_FLAGS: u32 = raw::REDISMODULE_READ
+    | raw::REDISMODULE_OPEN_KEY_NOTOUCH
+    | raw::REDISMODULE_OPEN_KEY_NONOTIFY
+    | raw::REDISMODULE_OPEN_KEY_NOSTATS
+    | raw::REDISMODULE_OPEN_KEY_NOEXPIRE
+    | raw::REDISMODULE_OPEN_KEY_NOEFFECTS;
+
+/// Whether this server opens keys without lazy expiry (`NOEXPIRE`: Redis
+/// 7.2+, Valkey), which [`judge`] needs.
+pub fn supported() -> bool {
+    match api!(RedisModule_GetOpenKeyModesAll) {
+        // SAFETY: takes no arguments, returns a constant bit set.
+        Some(f) => (unsafe { f() } as u32) & raw::REDISMODULE_OPEN_KEY_NOEXPIRE != 0,
+        None => false,
+    }
+}
+
+/// The server's verdict on `name` (in the database selected on `ctx`),
+/// whose absolute expiry was `when` (Unix ms). Main thread only (the server
+/// lock is held during a command).
+pub fn judge(ctx: Ctx, name: &[u8], when: i64) -> Verdict {
+    let (Some(open), Some(close), Some(ktype), Some(abs), Some(rel)) = (
+        api!(RedisModule_OpenKey),
+        api!(RedisModule_CloseKey),
+        api!(RedisModule_KeyType),
+        api!(RedisModule_GetAbsExpire),
+        api!(RedisModule_GetExpire),
+    ) else {
+        return Verdict::Unknown;
+    };
+    if !supported() {
+        return Verdict::Unknown;
+    }
+    let Some(keyname) = OwnedString::new(ctx, name) else {
+        return Verdict::Unknown;
+    };
+    // SAFETY: ctx is the live command context with the server lock held;
+    // keyname lives until the end of this function; the key handle is
+    // closed exactly once before returning.
+    unsafe {
+        let key = open(ctx, keyname.ptr(), OPEN_FLAGS as i32);
+        if key.is_null() {
+            return Verdict::Expired;
+        }
+        let verdict = if ktype(key) == raw::REDISMODULE_KEYTYPE_EMPTY as i32 {
+            Verdict::Expired
+        } else if abs(key) != when {
+            Verdict::Unknown
+        } else {
+            // Visible, so the command time is at most `when`; GetExpire is
+            // `when` minus it, clamped at 0.
+            Verdict::Alive {
+                now_ms: when - rel(key).max(0),
+            }
+        };
+        close(key);
+        verdict
+    }
+}
