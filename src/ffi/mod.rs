@@ -3,8 +3,11 @@
 
 pub mod blocked;
 pub mod call;
+pub mod cmdinfo;
+pub mod configs;
 pub mod hashcopy;
 pub mod keys;
+pub mod latency;
 pub mod mainloop;
 pub mod reply;
 pub mod thread_ctx;
