@@ -68,6 +68,7 @@ pub struct Spec {
     pub on_change: Option<fn(i64)>,
 }
 
+/// An integer config (constructor for one-line rows of [`CONFIGS`]).
 const fn int(
     name: &'static str,
     var: &'static AtomicI64,
@@ -86,32 +87,46 @@ const fn int(
     }
 }
 
-/// Every config, in registration order.
+/// A memory config (bytes; accepts `256mb`-style values).
+const fn memory(
+    name: &'static str,
+    var: &'static AtomicI64,
+    default: i64,
+    min: i64,
+    max: i64,
+) -> Spec {
+    Spec {
+        kind: Kind::Memory,
+        ..int(name, var, default, min, max)
+    }
+}
+
+impl Spec {
+    /// Runs `f` after the value changed at runtime.
+    const fn hook(mut self, f: fn(i64)) -> Spec {
+        self.on_change = Some(f);
+        self
+    }
+}
+
+/// Every config, in registration order: one row each. A row may share its
+/// atomic with another (an alias name for the same value).
 pub static CONFIGS: &[Spec] = &[
-    Spec {
-        on_change: Some(on_workers_changed),
-        ..int("workers", &WORKERS, 2, 1, 64)
-    },
-    Spec {
-        on_change: Some(on_nice_changed),
-        ..int("worker-nice", &WORKER_NICE, 19, 0, 19)
-    },
+    int("workers", &WORKERS, 2, 1, 64).hook(on_workers_changed),
+    int("worker-nice", &WORKER_NICE, 19, 0, 19).hook(on_nice_changed),
     int("cursor-idle-timeout", &IDLE_TIMEOUT, 60, 1, 86_400),
     int("max-open-cursors", &MAX_OPEN, 1024, 1, 1_000_000),
     int("scan-budget", &SCAN_BUDGET, 100_000, 100, 1_000_000_000),
     int("inline-entries", &INLINE_ENTRIES, 256, 0, 100_000),
     int("backfill-batch", &BACKFILL_BATCH, 1000, 1, 1_000_000),
     int("hash-copy-batch", &HASH_COPY_BATCH, 1000, 1, 1_000_000),
-    Spec {
-        kind: Kind::Memory,
-        ..int(
-            "hash-memory-limit",
-            &HASH_MEMORY_LIMIT,
-            256 << 20,
-            1024,
-            i64::MAX,
-        )
-    },
+    memory(
+        "hash-memory-limit",
+        &HASH_MEMORY_LIMIT,
+        256 << 20,
+        1024,
+        i64::MAX,
+    ),
 ];
 
 /// The prefix of every config name (the module's name).
