@@ -218,6 +218,7 @@ impl Walk {
             } != 0;
         }
         LONGEST_HOLD_US.fetch_max(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        ffi::latency::report(ffi::latency::Event::Backfill, started);
         SCANNED.fetch_add(st.seen, Ordering::Relaxed);
         if !more {
             self.db += 1;

@@ -27,7 +27,6 @@ pub mod state;
 #[cfg(not(test))]
 mod module {
     use crate::{backfill, commands, config, events, ffi, info, state};
-    use redis_module::configuration::ConfigurationFlags;
     use redis_module::{redis_module, Context, RedisString, Status};
 
     fn databases(ctx: &Context) -> usize {
@@ -59,7 +58,17 @@ mod module {
         }
     }
 
-    fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+    fn init(ctx: &Context, args: &[RedisString]) -> Status {
+        // Arguments first: a refused load must leave nothing behind (no
+        // thread, no timer, no subscription).
+        let args: Vec<&[u8]> = args.iter().map(RedisString::as_slice).collect();
+        if let Err(e) =
+            config::parse_args(&args).and_then(|given| ffi::configs::register(ctx.ctx, &given))
+        {
+            ctx.log_warning(&format!("snapscan: refusing to load: {e}"));
+            return Status::Err;
+        }
+        ffi::latency::init(ctx.ctx);
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64)
@@ -106,23 +115,5 @@ mod module {
         init: init,
         deinit: deinit,
         commands: [],
-        configurations: [
-            i64: [
-                ["workers", &config::WORKERS, 2, 1, 64, ConfigurationFlags::DEFAULT, Some(Box::new(config::on_workers_changed))],
-                ["worker-nice", &config::WORKER_NICE, 19, 0, 19, ConfigurationFlags::DEFAULT, Some(Box::new(config::on_nice_changed))],
-                ["cursor-idle-timeout", &config::IDLE_TIMEOUT, 60, 1, 86_400, ConfigurationFlags::DEFAULT, None],
-                ["max-open-cursors", &config::MAX_OPEN, 1024, 1, 1_000_000, ConfigurationFlags::DEFAULT, None],
-                ["scan-budget", &config::SCAN_BUDGET, 100_000, 100, 1_000_000_000, ConfigurationFlags::DEFAULT, None],
-                ["inline-entries", &config::INLINE_ENTRIES, 256, 0, 100_000, ConfigurationFlags::DEFAULT, None],
-                ["backfill-batch", &config::BACKFILL_BATCH, 1000, 1, 1_000_000, ConfigurationFlags::DEFAULT, None],
-                ["hash-copy-batch", &config::HASH_COPY_BATCH, 1000, 1, 1_000_000, ConfigurationFlags::DEFAULT, None],
-                ["hash-memory-limit", &config::HASH_MEMORY_LIMIT, 268_435_456, 1024, i64::MAX, ConfigurationFlags::MEMORY, None],
-                ["max-retained-bytes", &config::MAX_RETAINED_BYTES, 1_073_741_824, 0, i64::MAX, ConfigurationFlags::MEMORY, None],
-            ],
-            string: [],
-            bool: [],
-            enum: [],
-            module_args_as_configuration: true,
-        ]
     }
 }

@@ -385,6 +385,7 @@ fn ttl_guard(ctx: Ctx, name: &ffi::OwnedString, db: usize) -> TtlGuard {
 pub static HASH_FIELD_TTL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
 fn record_hold(m: &Module, started: Instant) {
+    ffi::latency::report(ffi::latency::Event::Copy, started);
     let us = started.elapsed().as_micros() as u64;
     m.stats
         .hash_longest_hold_us

@@ -4,6 +4,7 @@
 //! reply. No panic crosses into the server: it becomes an error reply.
 
 pub mod args;
+pub mod docs;
 pub mod hscan;
 pub mod scan;
 pub mod testhook;
@@ -30,10 +31,14 @@ fn dispatch(
         })
         .collect();
     ffi::blocked::take_blocked_flag();
+    let started = std::time::Instant::now();
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(ctx, &args)));
     // A client blocked by the handler is answered by its BlockedReply only
     // (also when the handler panicked after blocking it).
     let blocked = ffi::blocked::take_blocked_flag();
+    if !blocked {
+        ffi::latency::report(ffi::latency::Event::Inline, started);
+    }
     let r = Reply::new(ctx);
     match outcome {
         Ok(Ok(())) => {}
@@ -94,67 +99,6 @@ const COMMANDS: &[Spec] = &[
     },
 ];
 
-/// Declares SNAPSHOT.HSCAN's key precisely: position 1, read-only, values
-/// accessed (so ACL read-only key patterns like `%R~` allow it), arity -3.
-fn set_hscan_info(ctx: Ctx, name: &CString) {
-    let (Some(get), Some(set_info)) = (
-        api!(RedisModule_GetCommand),
-        api!(RedisModule_SetCommandInfo),
-    ) else {
-        return;
-    };
-    let mut specs = [
-        raw::RedisModuleCommandKeySpec {
-            notes: std::ptr::null(),
-            flags: u64::from(raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS),
-            begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX,
-            bs: raw::RedisModuleCommandKeySpec__bindgen_ty_1 {
-                index: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 { pos: 1 },
-            },
-            find_keys_type: raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE,
-            fk: raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
-                range: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 {
-                    lastkey: 0,
-                    keystep: 1,
-                    limit: 0,
-                },
-            },
-        },
-        // SAFETY: the key-spec list ends with an all-zero entry; every field
-        // of this plain C struct is valid when zeroed (null pointer, 0 enums).
-        unsafe { std::mem::zeroed() },
-    ];
-    let version = raw::RedisModuleCommandInfoVersion {
-        version: 1,
-        sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
-        sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
-        sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
-    };
-    let info = raw::RedisModuleCommandInfo {
-        version: &version,
-        summary: c"Iterates a point-in-time snapshot of a hash's fields and values.".as_ptr(),
-        complexity: c"O(1) per call after an O(N) copy made in bounded slices.".as_ptr(),
-        since: c"0.1.0".as_ptr(),
-        history: std::ptr::null_mut(),
-        tips: c"nondeterministic_output".as_ptr(),
-        arity: -3,
-        key_specs: specs.as_mut_ptr(),
-        args: std::ptr::null_mut(),
-    };
-    // SAFETY: the command exists; `info` and everything it points to live
-    // until SetCommandInfo returns (the server copies what it keeps).
-    unsafe {
-        let cmd = get(ctx, name.as_ptr());
-        if !cmd.is_null() && set_info(cmd, &info) != raw::REDISMODULE_OK as c_int {
-            ffi::log(
-                ctx,
-                "warning",
-                "snapscan: cannot set key specs of snapshot.hscan",
-            );
-        }
-    }
-}
-
 /// Test-only fault injection (see `testhook`).
 const TESTHOOK: Spec = Spec {
     name: "snapshot.testhook",
@@ -187,9 +131,6 @@ pub fn register(ctx: Ctx) -> Result<(), String> {
         if rc != raw::REDISMODULE_OK as c_int {
             return Err(format!("cannot create command {}", c.name));
         }
-        if c.name == "snapshot.hscan" {
-            set_hscan_info(ctx, &name);
-        }
         if let (Some(get), Some(set_acl)) = (
             api!(RedisModule_GetCommand),
             api!(RedisModule_SetCommandACLCategories),
@@ -209,5 +150,26 @@ pub fn register(ctx: Ctx) -> Result<(), String> {
             }
         }
     }
+    set_docs(ctx);
     Ok(())
+}
+
+/// COMMAND DOCS / COMMAND INFO for every registered command that has an
+/// entry in [`docs::DOCS`] (summary, arguments, tips, key specs, arity).
+fn set_docs(ctx: Ctx) {
+    for d in docs::DOCS {
+        if let Err(e) = ffi::cmdinfo::set(ctx, d) {
+            ffi::log(ctx, "warning", &format!("snapscan: {e}"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_command_has_docs() {
+        for c in super::COMMANDS {
+            assert!(super::docs::doc(c.name).is_some(), "{} has no docs", c.name);
+        }
+    }
 }

@@ -3,10 +3,13 @@
 
 pub mod blocked;
 pub mod call;
+pub mod cmdinfo;
+pub mod configs;
 pub mod cpu;
 pub mod expiry;
 pub mod hashcopy;
 pub mod keys;
+pub mod latency;
 pub mod mainloop;
 pub mod reply;
 pub mod thread_ctx;

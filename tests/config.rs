@@ -1,0 +1,368 @@
+//! Configuration that says no: `loadmodule`/`MODULE LOAD` arguments (both
+//! spellings), `snapshot.<name> value` lines of a config file and CONFIG SET
+//! accept and refuse the same values, and a refused load names the argument
+//! in the server log. One table per way in; each case runs a real server.
+//!
+//! What the servers do with a refused load (Redis 7.0, 8.2, Valkey 8.1, 9.1
+//! alike): MODULE LOAD answers `ERR Error loading the extension. Please check
+//! the server logs.` (none passes the module's reason through), the log has
+//! our `snapscan: refusing to load: ...` line followed by the server's
+//! `Module ... initialization failed. Module not loaded`; at startup the
+//! server then logs `Can't load module from ...: server aborting` and exits.
+
+mod common;
+use common::*;
+
+use redis::Value;
+use rstest::rstest;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const REFUSED_LOAD: &str = "Error loading the extension";
+
+/// Every config and its default, as CONFIG GET shows them.
+const DEFAULTS: &[(&str, &str)] = &[
+    ("workers", "2"),
+    ("worker-nice", "19"),
+    ("cursor-idle-timeout", "60"),
+    ("max-open-cursors", "1024"),
+    ("scan-budget", "100000"),
+    ("inline-entries", "256"),
+    ("backfill-batch", "1000"),
+    ("hash-copy-batch", "1000"),
+    ("hash-memory-limit", "268435456"),
+];
+
+fn config_get(con: &mut redis::Connection, name: &str) -> String {
+    let v: Vec<String> = query(con, &["CONFIG", "GET", &format!("snapshot.{name}")]).unwrap();
+    assert_eq!(v.len(), 2, "CONFIG GET snapshot.{name}: {v:?}");
+    v[1].clone()
+}
+
+/// Every config has `want`'s value where given, else its default.
+fn assert_configs(con: &mut redis::Connection, want: &[(&str, &str)]) {
+    for &(name, default) in DEFAULTS {
+        let expected = want
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(default, |&(_, v)| v);
+        assert_eq!(config_get(con, name), expected, "snapshot.{name}");
+    }
+    // The pool follows snapshot.workers.
+    let workers = config_get(con, "workers");
+    let info = cmd_str(con, &["INFO", "snapshot"]);
+    assert_eq!(
+        info_field(&info, "snapshot_workers").as_deref(),
+        Some(workers.as_str())
+    );
+}
+
+fn threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count())
+}
+
+fn log_text(path: &Path) -> String {
+    String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned()
+}
+
+// ------------------------------------------------ loadmodule / MODULE LOAD
+
+#[rstest]
+#[case::short_names(&["workers", "3", "cursor-idle-timeout", "7"], &[("workers", "3"), ("cursor-idle-timeout", "7")])]
+#[case::prefixed_names(&["snapshot.workers", "3", "snapshot.cursor-idle-timeout", "7"], &[("workers", "3"), ("cursor-idle-timeout", "7")])]
+#[case::any_case_and_bounds(&["SNAPSHOT.WORKERS", "64", "Inline-Entries", "0", "worker-nice", "0"], &[("workers", "64"), ("inline-entries", "0"), ("worker-nice", "0")])]
+#[case::memory_units(&["hash-memory-limit", "1mb", "scan-budget", "100"], &[("hash-memory-limit", "1048576"), ("scan-budget", "100")])]
+#[case::memory_units_gb(&["snapshot.hash-memory-limit", "2GB"], &[("hash-memory-limit", "2147483648")])]
+#[case::every_config(&["workers", "1", "worker-nice", "5", "cursor-idle-timeout", "86400", "max-open-cursors", "1000000", "scan-budget", "1000000000", "inline-entries", "100000", "backfill-batch", "1", "hash-copy-batch", "1000000", "hash-memory-limit", "1024"],
+    &[("workers", "1"), ("worker-nice", "5"), ("cursor-idle-timeout", "86400"), ("max-open-cursors", "1000000"), ("scan-budget", "1000000000"), ("inline-entries", "100000"), ("backfill-batch", "1"), ("hash-copy-batch", "1000000"), ("hash-memory-limit", "1024")])]
+#[case::none(&[], &[])]
+fn load_arguments_accepted(#[case] args: &[&str], #[case] want: &[(&str, &str)]) {
+    // MODULE LOAD at runtime...
+    let server = Server::start_with(ServerOpts::without_module());
+    server
+        .module_load(args)
+        .unwrap_or_else(|e| panic!("MODULE LOAD {args:?}: {e}"));
+    assert_configs(&mut server.client(), want);
+    drop(server);
+    // ...and --loadmodule at startup.
+    let server = Server::start_with(ServerOpts::new().module_args(args));
+    assert_configs(&mut server.client(), want);
+}
+
+#[rstest]
+#[case::unknown(&["bogus", "1"], "unknown argument 'bogus'")]
+#[case::unknown_prefixed(&["snapshot.bogus", "1"], "unknown argument 'snapshot.bogus'")]
+#[case::other_module_prefix(&["search.workers", "1"], "unknown argument 'search.workers'")]
+#[case::missing_value(&["workers"], "argument 'workers' has no value")]
+#[case::missing_second_value(&["workers", "3", "snapshot.scan-budget"], "argument 'snapshot.scan-budget' has no value")]
+#[case::not_integer(&["workers", "abc"], "argument 'workers': value 'abc' is not an integer")]
+#[case::fraction(&["snapshot.workers", "3.5"], "argument 'snapshot.workers': value '3.5' is not an integer")]
+#[case::workers_zero(&["workers", "0"], "argument 'workers': value '0' is out of range (must be between 1 and 64 inclusive)")]
+#[case::workers_negative(&["workers", "-5"], "argument 'workers': value '-5' is out of range")]
+#[case::workers_too_many(&["snapshot.workers", "200"], "argument 'snapshot.workers': value '200' is out of range")]
+#[case::nice(&["worker-nice", "20"], "argument 'worker-nice': value '20' is out of range")]
+#[case::max_open_zero(&["max-open-cursors", "0"], "argument 'max-open-cursors': value '0' is out of range")]
+#[case::idle_zero(&["cursor-idle-timeout", "0"], "argument 'cursor-idle-timeout': value '0' is out of range")]
+#[case::budget_one(&["scan-budget", "1"], "argument 'scan-budget': value '1' is out of range")]
+#[case::memory_small(&["hash-memory-limit", "100"], "argument 'hash-memory-limit': value '100' is out of range")]
+#[case::memory_unit(&["hash-memory-limit", "12qb"], "argument 'hash-memory-limit': value '12qb' is not a memory size")]
+#[case::twice(&["workers", "3", "snapshot.workers", "4"], "argument 'snapshot.workers' is given twice")]
+fn load_arguments_refused(#[case] args: &[&str], #[case] why: &str) {
+    let server = Server::start_with(ServerOpts::without_module());
+    let mut con = server.client();
+    let before = threads(server.pid());
+    let e = server
+        .module_load(args)
+        .expect_err("the load must be refused");
+    let e = err_text(&e);
+    assert!(
+        e.contains(why) || e.contains(REFUSED_LOAD),
+        "MODULE LOAD error {e:?}"
+    );
+    let line = format!("snapscan: refusing to load: {why}");
+    assert!(
+        log_text(&server.log_path()).contains(&line),
+        "no {line:?} in the log:\n{}",
+        server.log_tail(10)
+    );
+    assert!(!module_names(&mut con).iter().any(|m| m == "snapshot"));
+    assert!(
+        threads(server.pid()) <= before,
+        "a refused load left threads behind"
+    );
+    // Nothing of the refused load stays: the next load starts from the defaults.
+    server.module_load(&["cursor-idle-timeout", "9"]).unwrap();
+    assert_configs(&mut con, &[("cursor-idle-timeout", "9")]);
+
+    // At startup the server refuses to start, with the same line in its log.
+    let mut argv = vec!["--loadmodule".to_string(), path_str(&module_path())];
+    argv.extend(args.iter().map(|a| a.to_string()));
+    let log = start_expecting_exit(None, &argv);
+    assert!(
+        log.contains(&line),
+        "no {line:?} in the startup log:\n{log}"
+    );
+}
+
+/// MODULE LOADEX ... CONFIG values go through the server's range check.
+#[test]
+fn loadex_config_is_range_checked_and_wins_over_args() {
+    let server = Server::start_with(ServerOpts::without_module());
+    let m = path_str(&module_path());
+    let mut con = server.client();
+    let e = expect_err(
+        &mut con,
+        &["MODULE", "LOADEX", &m, "CONFIG", "snapshot.workers", "0"],
+    );
+    assert!(e.contains(REFUSED_LOAD), "{e}");
+    let log = log_text(&server.log_path());
+    assert!(
+        log.contains("snapshot.workers") && log.contains("between 1 and 64"),
+        "{}",
+        server.log_tail(10)
+    );
+    assert!(log.contains("snapscan: refusing to load: a snapshot.* value"));
+    let _: Value = query(
+        &mut con,
+        &[
+            "MODULE",
+            "LOADEX",
+            &m,
+            "CONFIG",
+            "snapshot.workers",
+            "4",
+            "ARGS",
+            "workers",
+            "3",
+            "scan-budget",
+            "500",
+        ],
+    )
+    .unwrap();
+    assert_configs(&mut con, &[("workers", "4"), ("scan-budget", "500")]);
+}
+
+// ------------------------------------------------------------- CONFIG SET
+
+#[rstest]
+#[case::workers("workers", "5", Ok("5"))]
+#[case::workers_zero("workers", "0", Err("between 1 and 64"))]
+#[case::workers_many("workers", "65", Err("between 1 and 64"))]
+#[case::workers_text("workers", "abc", Err(""))]
+#[case::nice("worker-nice", "20", Err("between 0 and 19"))]
+#[case::idle("cursor-idle-timeout", "7", Ok("7"))]
+#[case::idle_zero("cursor-idle-timeout", "0", Err("between 1 and 86400"))]
+#[case::max_open_zero("max-open-cursors", "0", Err("between 1 and 1000000"))]
+#[case::budget_one("scan-budget", "1", Err("between 100 and 1000000000"))]
+#[case::inline_zero("inline-entries", "0", Ok("0"))]
+#[case::backfill_zero("backfill-batch", "0", Err("between 1 and 1000000"))]
+#[case::copy_batch_zero("hash-copy-batch", "0", Err("between 1 and 1000000"))]
+#[case::memory_units("hash-memory-limit", "10mb", Ok("10485760"))]
+#[case::memory_small("hash-memory-limit", "100", Err("between 1024 and"))]
+#[case::memory_unit("hash-memory-limit", "12qb", Err(""))]
+fn config_set(#[case] name: &str, #[case] value: &str, #[case] want: Result<&str, &str>) {
+    let server = Server::start();
+    let mut con = server.client();
+    let full = format!("snapshot.{name}");
+    let r = query::<Value>(&mut con, &["CONFIG", "SET", &full, value]);
+    match want {
+        Ok(v) => {
+            r.unwrap_or_else(|e| panic!("CONFIG SET {full} {value}: {e}"));
+            assert_configs(&mut con, &[(name, v)]);
+        }
+        Err(why) => {
+            let e = err_text(&r.expect_err("CONFIG SET must be refused"));
+            assert!(e.contains(&full) && e.contains(why), "{e}");
+            assert_configs(&mut con, &[]);
+        }
+    }
+}
+
+// -------------------------------------------------------- config file lines
+
+#[rstest]
+#[case::applied(&[], &["snapshot.workers 3", "snapshot.hash-memory-limit 1mb"], Ok(&[("workers", "3"), ("hash-memory-limit", "1048576")][..]))]
+#[case::file_wins_over_args(&["workers", "4", "scan-budget", "500"], &["snapshot.workers 3"], Ok(&[("workers", "3"), ("scan-budget", "500")][..]))]
+#[case::out_of_range(&[], &["snapshot.workers 0"], Err("snapshot.workers"))]
+#[case::idle_zero(&[], &["snapshot.cursor-idle-timeout 0"], Err("snapshot.cursor-idle-timeout"))]
+#[case::not_integer(&[], &["snapshot.scan-budget lots"], Err("snapshot.scan-budget"))]
+// The server refuses unknown `snapshot.*` lines itself (Redis 8.2 and Valkey
+// also log `Unused Module Configuration: snapshot.bogus`; Redis 7.0 does not
+// name it).
+#[case::unknown(&[], &["snapshot.bogus 3"], Err("Module Configuration detected without loadmodule directive"))]
+#[case::args_refused(&["workers", "0"], &["snapshot.scan-budget 500"], Err("snapscan: refusing to load: argument 'workers'"))]
+fn config_file(
+    #[case] args: &[&str],
+    #[case] lines: &[&str],
+    #[case] want: Result<&[(&str, &str)], &str>,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("server.conf");
+    let mut text = format!("loadmodule \"{}\"", path_str(&module_path()));
+    for a in args {
+        text += &format!(" {a}");
+    }
+    text += "\n";
+    for l in lines {
+        text += &format!("{l}\n");
+    }
+    std::fs::write(&conf, text).unwrap();
+    match want {
+        Ok(want) => {
+            let p = Proc::start(Some(&conf), &[]).unwrap_or_else(|log| panic!("{log}"));
+            assert_configs(&mut p.client(), want);
+        }
+        Err(why) => {
+            let log = start_expecting_exit(Some(&conf), &[]);
+            assert!(log.contains(why), "no {why:?} in the startup log:\n{log}");
+        }
+    }
+}
+
+// ------------------------------------------------------------------ helpers
+
+fn path_str(p: &Path) -> String {
+    p.to_str().expect("a UTF-8 module path").to_string()
+}
+
+/// A server started directly (a config file first, then `--name value`
+/// options), for the cases the harness does not cover: a config file and a
+/// server that must refuse to start.
+struct Proc {
+    child: Option<Child>,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Proc {
+    /// Starts the server; `Err(log)` if it exits before answering PING.
+    fn start(conf: Option<&Path>, args: &[String]) -> Result<Proc, String> {
+        let dir = tempfile::Builder::new()
+            .prefix("snapscan-test-")
+            .tempdir()
+            .unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let log_path = dir.path().join("server.log");
+        let log = std::fs::File::create(&log_path).unwrap();
+        let mut cmd = Command::new(server_binary());
+        if let Some(c) = conf {
+            cmd.arg(c);
+        }
+        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .arg("--dir")
+            .arg(dir.path())
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        let child = cmd.spawn().unwrap();
+        let mut p = Proc {
+            child: Some(child),
+            port,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let child = p.child.as_mut().unwrap();
+            if let Ok(Some(_)) = child.try_wait() {
+                p.child = None;
+                return Err(log_text(&log_path));
+            }
+            let ping = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+                .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
+                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
+            if ping.is_ok() {
+                return Ok(p);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "server neither answered nor exited:\n{}",
+                log_text(&log_path)
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn client(&self) -> redis::Connection {
+        let c = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port)).unwrap();
+        let con = c.get_connection_with_timeout(CLIENT_TIMEOUT).unwrap();
+        con.set_read_timeout(Some(CLIENT_TIMEOUT)).unwrap();
+        con
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if let Ok(mut con) = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))
+            .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)))
+        {
+            let _: redis::RedisResult<Value> = redis::cmd("SHUTDOWN").arg("NOSAVE").query(&mut con);
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+/// Starts a server that must refuse to start; returns its log.
+fn start_expecting_exit(conf: Option<&Path>, args: &[String]) -> String {
+    match Proc::start(conf, args) {
+        Ok(_) => panic!("the server started with {conf:?} {args:?}"),
+        Err(log) => log,
+    }
+}
