@@ -61,22 +61,25 @@ pub fn settle() {
 }
 
 /// Reads the pending new key in its database unless `db`/`name` is that
-/// key (whose event is about to read it anyway).
-fn settle_unless(m: &Module, db: usize, name: &[u8]) {
-    let pending = take_pending();
-    if let Some((pdb, pkey)) = pending {
-        if pdb != db || pkey.as_bytes() != name {
-            let guard = PROBE.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(probe) = guard.as_ref() {
-                let ctx = probe.0.ctx();
-                if let Some(n) = ffi::OwnedString::new(ctx, pkey.as_bytes()) {
-                    if ffi::select_db(ctx, pdb) {
-                        apply(m, pdb, pkey.as_bytes(), keys::probe(ctx, n.ptr()));
-                    }
-                }
+/// key (whose event is about to read it anyway). Returns whether it was:
+/// the key did not exist before the command that fired the event.
+fn settle_unless(m: &Module, db: usize, name: &[u8]) -> bool {
+    let Some((pdb, pkey)) = take_pending() else {
+        return false;
+    };
+    if pdb == db && pkey.as_bytes() == name {
+        return true;
+    }
+    let guard = PROBE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(probe) = guard.as_ref() {
+        let ctx = probe.0.ctx();
+        if let Some(n) = ffi::OwnedString::new(ctx, pkey.as_bytes()) {
+            if ffi::select_db(ctx, pdb) {
+                apply(m, pdb, pkey.as_bytes(), keys::probe(ctx, n.ptr()));
             }
         }
     }
+    false
 }
 
 /// Subscribes to notifications and server events.
@@ -132,11 +135,18 @@ pub fn to_meta(found: keys::Found, names: &mut TypeNames) -> Meta {
 /// Records what the server says about `key` in `db` (`found`). The module
 /// type names are locked only for keys of module types.
 pub fn apply(m: &Module, db: usize, key: &[u8], found: Option<keys::Found>) {
+    record(m, db, key, found, false);
+}
+
+/// [`apply`] for a key that existed before the command that fired the
+/// event: its truth is not even logged when it cannot change the index
+/// (see `Live::push_truth`).
+fn record(m: &Module, db: usize, key: &[u8], found: Option<keys::Found>, existed: bool) {
     let truth = found.map(|f| match f.kind {
         keys::Kind::Builtin(t) => Meta::new(t, f.expire),
         keys::Kind::Named(_) => to_meta(f, &mut m.type_names()),
     });
-    m.push(Op::Set(db, Key::new(key), truth));
+    m.push_truth(db, key, truth, existed);
 }
 
 /// Re-reads `key` in every database through the probe context (MOVE and
@@ -190,7 +200,7 @@ extern "C" fn on_keyspace_event(
             return apply(m, db, name, keys::probe_copy(ctx, key));
         }
         let event = event_bytes(event);
-        settle_unless(m, db, name);
+        let created = settle_unless(m, db, name);
         match event {
             b"new" => {
                 *PENDING_NEW.lock().unwrap_or_else(|e| e.into_inner()) = Some((db, Key::new(name)));
@@ -202,7 +212,7 @@ extern "C" fn on_keyspace_event(
             // servers but leave the key in place.)
             b"del" | b"expired" | b"evicted" => apply(m, db, name, None),
             b"move_from" | b"move_to" | b"copy_to" => refresh_everywhere(m, name),
-            _ => apply(m, db, name, keys::probe(ctx, key)),
+            _ => record(m, db, name, keys::probe(ctx, key), !created),
         }
     });
     raw::REDISMODULE_OK as c_int

@@ -89,6 +89,8 @@ fn fill(ctx: InfoCtx) {
     field(ctx, "cursors_evicted_memory", c.evicted_memory);
     let st = &m.stats;
     field(ctx, "events_applied", st.events.load(Ordering::Relaxed));
+    field(ctx, "events_unchanged_skipped", m.live().skipped());
+    field(ctx, "filter_bytes", m.live().filter_bytes() as u64);
     field(ctx, "index_changes", m.live().changes());
     field(ctx, "index_backlog", backlog);
     field(ctx, "scans_served", st.scans.load(Ordering::Relaxed));

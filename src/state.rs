@@ -94,6 +94,19 @@ impl Module {
         self.live.push(op, &|maps| self.dispose_maps(maps))
     }
 
+    /// Records the truth about a key (main thread), unless it cannot change
+    /// the index (see [`Live::push_truth`]).
+    pub fn push_truth(
+        &self,
+        db: usize,
+        key: &[u8],
+        truth: Option<crate::index::Meta>,
+        existed: bool,
+    ) -> bool {
+        self.live
+            .push_truth(db, key, truth, existed, &|maps| self.dispose_maps(maps))
+    }
+
     /// Sequence number of the last recorded change.
     pub fn pushed(&self) -> u64 {
         self.live.pushed()

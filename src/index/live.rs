@@ -20,8 +20,10 @@
 //! [`MAX_BACKLOG`] the pusher applies some of it itself (backpressure
 //! instead of unbounded memory).
 
+use super::filter::{KeyFilter, MIN_CAPACITY};
+use super::meta::STRING;
 use super::{Key, KeyMap, Keyspace, Meta, Snapshot};
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
@@ -173,7 +175,19 @@ pub struct Live {
     /// Threads waiting in `lock_fair`.
     waiting: AtomicUsize,
     changes: AtomicU64,
+    /// Keys indexed as something else than a string without expiry (see
+    /// [`KeyFilter`] and [`Live::push_truth`]).
+    filter: ArcSwap<KeyFilter>,
+    /// The filter being rebuilt: every key noted meanwhile goes to it too.
+    next_filter: ArcSwapOption<KeyFilter>,
+    /// Log position the rebuild scans the index at (or after); 0 = none.
+    rebuild_at: AtomicU64,
+    /// Truths not logged because they could not change the index.
+    skipped: AtomicU64,
 }
+
+/// What most keys are: a string without expiry.
+const PLAIN: Meta = Meta::plain(STRING);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -196,7 +210,104 @@ impl Live {
             applied: AtomicU64::new(0),
             waiting: AtomicUsize::new(0),
             changes: AtomicU64::new(0),
+            filter: ArcSwap::from_pointee(KeyFilter::new(MIN_CAPACITY)),
+            next_filter: ArcSwapOption::empty(),
+            rebuild_at: AtomicU64::new(0),
+            skipped: AtomicU64::new(0),
         }
+    }
+
+    /// Records the truth about `key` in `db` (main thread), unless it
+    /// cannot change the index: the key `existed` before the command that
+    /// fired the event (no "new" event for it), it is now a string without
+    /// expiry, and the filter of keys indexed as anything else does not
+    /// hold it, so the index already says exactly that. Returns whether
+    /// the truth was logged.
+    pub fn push_truth(
+        &self,
+        db: usize,
+        key: &[u8],
+        truth: Option<Meta>,
+        existed: bool,
+        dispose: Dispose,
+    ) -> bool {
+        match truth {
+            Some(m) if m == PLAIN && existed && !self.filter.load().may_contain(key) => {
+                // One writer at a time (the server lock): no locked add.
+                let n = self.skipped.load(Ordering::Relaxed);
+                self.skipped.store(n + 1, Ordering::Relaxed);
+                return false;
+            }
+            Some(m) if m != PLAIN => self.note_unusual(key),
+            _ => {}
+        }
+        self.push(Op::Set(db, Key::new(key), truth), dispose);
+        true
+    }
+
+    /// Adds a key indexed as something else than a plain string to the
+    /// filter (and to the one being rebuilt, first, so that a rebuild that
+    /// swaps filters meanwhile cannot miss it); when the filter is full,
+    /// asks the indexer for a rebuild from the index.
+    fn note_unusual(&self, key: &[u8]) {
+        if let Some(next) = self.next_filter.load().as_ref() {
+            next.add(key);
+        }
+        let f = self.filter.load();
+        f.add(key);
+        if f.is_full() && self.rebuild_at.load(Ordering::SeqCst) == 0 {
+            // Room for twice as many, but no more than twice the index.
+            let keys = self.published.load().total;
+            let cap = (f.capacity() * 2).min(keys.max(MIN_CAPACITY) * 2);
+            self.next_filter.store(Some(Arc::new(KeyFilter::new(cap))));
+            self.rebuild_at
+                .store(self.pushed().max(1), Ordering::SeqCst);
+        }
+    }
+
+    /// Rebuilds the filter if asked and the log has been applied up to the
+    /// request: scans a snapshot of every database (taken in O(1) under the
+    /// index lock, scanned without it) into the new filter, which the main
+    /// thread has been adding to since the request, then swaps it in.
+    /// Indexer thread.
+    pub fn rebuild_filter_if_due(&self) {
+        let at = self.rebuild_at.load(Ordering::SeqCst);
+        let Some(next) = self.next_filter.load_full() else {
+            return;
+        };
+        if at == 0 || self.applied.load(Ordering::SeqCst) < at {
+            return;
+        }
+        let maps: Vec<KeyMap> = {
+            let mut ks = lock(&self.index);
+            if self.applied.load(Ordering::SeqCst) < at {
+                return;
+            }
+            (0..ks.databases())
+                .map(|db| ks.snapshot(db, 0).map.clone())
+                .collect()
+        };
+        for map in &maps {
+            let mut it = map.iter();
+            while let Some((k, m)) = it.next_entry() {
+                if m != PLAIN {
+                    next.add(k);
+                }
+            }
+        }
+        self.filter.store(next);
+        self.next_filter.store(None);
+        self.rebuild_at.store(0, Ordering::SeqCst);
+    }
+
+    /// Truths not logged because they could not change the index.
+    pub fn skipped(&self) -> u64 {
+        self.skipped.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of the filter(s).
+    pub fn filter_bytes(&self) -> usize {
+        self.filter.load().bytes() + self.next_filter.load().as_ref().map_or(0, |f| f.bytes())
     }
 
     /// Appends an operation; returns its sequence number.
@@ -549,6 +660,7 @@ impl Live {
             };
             self.let_waiters_in();
             after_batch(applied);
+            self.rebuild_filter_if_due();
             // Caught up (a batch cut short by a waiting thread is not).
             if applied == 0 || (applied < BATCH && self.backlog() == 0) {
                 std::thread::sleep(POLL);

@@ -44,6 +44,11 @@ impl Meta {
         Meta(((ty as u64) << EXPIRE_BITS) | e)
     }
 
+    /// A key of type `ty` without expiry (usable in constants).
+    pub const fn plain(ty: TypeId) -> Self {
+        Meta((ty as u64) << EXPIRE_BITS)
+    }
+
     #[inline]
     pub fn type_id(self) -> TypeId {
         (self.0 >> EXPIRE_BITS) as TypeId

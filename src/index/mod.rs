@@ -6,6 +6,7 @@
 //! writes never change (path copying), so workers walk it without any lock.
 //! See docs/DESIGN.md for why this structure.
 
+pub mod filter;
 pub mod key;
 pub mod leaf;
 pub mod live;

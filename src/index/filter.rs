@@ -1,0 +1,158 @@
+//! `KeyFilter`: a Bloom filter of the keys whose indexed metadata is not
+//! the common case, a string without expiry.
+//!
+//! It lets the main thread drop, before it is ever logged, the truth of a
+//! write that cannot change the index: when a key that existed before the
+//! command (no "new" event) is now a string without expiry and the filter
+//! says it is *not* among the keys indexed otherwise, the index already
+//! holds exactly that. A Bloom filter has no false negatives, so a key it
+//! does not contain really is indexed as a string without expiry (or not
+//! at all, which only happens while the index is built after MODULE LOAD,
+//! and that build records every key itself). False positives only mean a
+//! truth is logged and looked up as before.
+//!
+//! Keys are added by name, whatever the database (SWAPDB moves keys between
+//! databases without notifications; the set of names stays the same). Keys
+//! are never removed; the filter is rebuilt from the index when it has
+//! taken in as many keys as it was sized for (see `Live`).
+//!
+//! Locking: none; bits are atomic words, set with `fetch_or` and read with
+//! plain loads, so the main thread and a rebuilding indexer can both add.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// Bits per key the filter is sized for: with 3 probes, about 0.3% false
+/// positives at capacity.
+const BITS_PER_KEY: usize = 16;
+/// Smallest capacity (keys): 16 KiB of bits.
+pub const MIN_CAPACITY: usize = 8192;
+
+pub struct KeyFilter {
+    bits: Box<[AtomicU64]>,
+    /// `bits.len() * 64 - 1` (a power of two minus one).
+    mask: u64,
+    /// Keys added that set at least one new bit (distinct keys, nearly).
+    added: AtomicUsize,
+    capacity: usize,
+}
+
+/// A 64-bit hash of a key (word-at-a-time multiply-mix; not
+/// cryptographic: only the spread matters here).
+fn hash(key: &[u8]) -> u64 {
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut h = (key.len() as u64).wrapping_mul(K) ^ 0x2545_F491_4F6C_DD1D;
+    let mut chunks = key.chunks_exact(8);
+    for c in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        h = (h ^ u64::from_le_bytes(w)).wrapping_mul(K);
+        h ^= h >> 29;
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        let mut w = [0u8; 8];
+        w[..rest.len()].copy_from_slice(rest);
+        h = (h ^ u64::from_le_bytes(w)).wrapping_mul(K);
+    }
+    h ^= h >> 32;
+    h = h.wrapping_mul(0xD6E8_FEB8_6659_FD93);
+    h ^ (h >> 32)
+}
+
+impl KeyFilter {
+    /// A filter for about `capacity` keys.
+    pub fn new(capacity: usize) -> Self {
+        let capacity = capacity.max(MIN_CAPACITY);
+        let words = (capacity * BITS_PER_KEY / 64).next_power_of_two();
+        KeyFilter {
+            bits: (0..words).map(|_| AtomicU64::new(0)).collect(),
+            mask: (words as u64 * 64) - 1,
+            added: AtomicUsize::new(0),
+            capacity,
+        }
+    }
+
+    /// The three bit positions of a key (double hashing).
+    #[inline]
+    fn probes(&self, key: &[u8]) -> [u64; 3] {
+        let h = hash(key);
+        let (a, b) = (h, (h >> 32) | 1);
+        [
+            a & self.mask,
+            a.wrapping_add(b) & self.mask,
+            a.wrapping_add(b.wrapping_mul(2)) & self.mask,
+        ]
+    }
+
+    pub fn add(&self, key: &[u8]) {
+        let mut new = false;
+        for p in self.probes(key) {
+            let bit = 1u64 << (p & 63);
+            if let Some(w) = self.bits.get((p >> 6) as usize) {
+                new |= w.fetch_or(bit, Ordering::Relaxed) & bit == 0;
+            }
+        }
+        if new {
+            self.added.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// `false` only if `key` was never added.
+    #[inline]
+    pub fn may_contain(&self, key: &[u8]) -> bool {
+        self.probes(key).iter().all(|&p| {
+            self.bits
+                .get((p >> 6) as usize)
+                .is_none_or(|w| w.load(Ordering::Relaxed) & (1 << (p & 63)) != 0)
+        })
+    }
+
+    /// Whether it has taken in as many keys as it was sized for.
+    pub fn is_full(&self) -> bool {
+        self.added.load(Ordering::Relaxed) >= self.capacity
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Heap bytes of the bits.
+    pub fn bytes(&self) -> usize {
+        self.bits.len() * 8
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// No false negatives, whatever the keys.
+        #[test]
+        fn never_forgets_a_key(keys in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..40), 0..300)) {
+            let f = KeyFilter::new(16);
+            for k in &keys {
+                f.add(k);
+            }
+            for k in &keys {
+                prop_assert!(f.may_contain(k));
+            }
+        }
+    }
+
+    #[test]
+    fn false_positives_are_rare_at_capacity() {
+        let f = KeyFilter::new(100_000);
+        let mut i = 0;
+        while !f.is_full() && i < 2 * f.capacity() {
+            f.add(format!("user:{i:012}:item:3").as_bytes());
+            i += 1;
+        }
+        assert!(f.is_full(), "not full after {i} keys");
+        let fp = (0..100_000)
+            .filter(|i| f.may_contain(format!("other:{i:012}").as_bytes()))
+            .count();
+        assert!(fp < 1_500, "{fp} false positives in 100,000");
+    }
+}
