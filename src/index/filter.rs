@@ -16,8 +16,11 @@
 //! are never removed; the filter is rebuilt from the index when it has
 //! taken in as many keys as it was sized for (see `Live`).
 //!
-//! Locking: none; bits are atomic words, set with `fetch_or` and read with
-//! plain loads, so the main thread and a rebuilding indexer can both add.
+//! Locking: none; bits are atomic words. The filter in use has one writer,
+//! the main thread (or whoever holds the server lock), which sets bits with
+//! plain stores ([`KeyFilter::add_sole_writer`]); a filter being rebuilt is
+//! written by the main thread and the indexer, with `fetch_or`
+//! ([`KeyFilter::add`]).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -84,6 +87,8 @@ impl KeyFilter {
         ]
     }
 
+    /// Adds a key while another thread may add too (a filter being
+    /// rebuilt): atomic read-modify-writes.
     pub fn add(&self, key: &[u8]) {
         let mut new = false;
         for p in self.probes(key) {
@@ -94,6 +99,27 @@ impl KeyFilter {
         }
         if new {
             self.added.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Adds a key when no other thread writes this filter (the main thread
+    /// and the filter in use): plain loads, and stores only for bits not
+    /// set yet, so a key already there costs no write at all.
+    pub fn add_sole_writer(&self, key: &[u8]) {
+        let mut new = false;
+        for p in self.probes(key) {
+            let bit = 1u64 << (p & 63);
+            if let Some(w) = self.bits.get((p >> 6) as usize) {
+                let v = w.load(Ordering::Relaxed);
+                if v & bit == 0 {
+                    w.store(v | bit, Ordering::Relaxed);
+                    new = true;
+                }
+            }
+        }
+        if new {
+            let n = self.added.load(Ordering::Relaxed);
+            self.added.store(n + 1, Ordering::Relaxed);
         }
     }
 
@@ -132,8 +158,8 @@ mod tests {
         #[test]
         fn never_forgets_a_key(keys in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..40), 0..300)) {
             let f = KeyFilter::new(16);
-            for k in &keys {
-                f.add(k);
+            for (i, k) in keys.iter().enumerate() {
+                if i % 2 == 0 { f.add(k) } else { f.add_sole_writer(k) }
             }
             for k in &keys {
                 prop_assert!(f.may_contain(k));

@@ -254,7 +254,9 @@ impl Live {
             next.add(key);
         }
         let f = self.filter.load();
-        f.add(key);
+        // The filter in use is written by the server-lock holder only (a
+        // rebuilt one is swapped in after the indexer is done with it).
+        f.add_sole_writer(key);
         if f.is_full() && self.rebuild_at.load(Ordering::SeqCst) == 0 {
             // Room for twice as many, but no more than twice the index.
             let keys = self.published.load().total;

@@ -122,6 +122,10 @@ impl Keyspace {
                 Some(old) if old == m => return Change::Unchanged,
                 Some(_) => Change::Updated,
             },
+            (None, Some(Some(_))) => {
+                d.map.remove_present(key.as_bytes());
+                Change::Removed
+            }
             (None, _) => match d.map.remove(key.as_bytes()) {
                 None => return Change::Unchanged,
                 Some(_) => Change::Removed,

@@ -265,6 +265,12 @@ impl KeyMap {
     /// copies no node.
     pub fn remove(&mut self, key: &[u8]) -> Option<Meta> {
         self.get(key)?;
+        self.remove_present(key)
+    }
+
+    /// [`remove`](Self::remove) for a caller that knows the key is present
+    /// (no read-only descent first; a missing key would copy its path).
+    pub fn remove_present(&mut self, key: &[u8]) -> Option<Meta> {
         let mut delta = 0isize;
         let root = self.root.as_mut()?;
         let removed = remove(root, key, &mut delta);
