@@ -74,8 +74,16 @@ impl AsRef<[u8]> for Key {
 }
 
 impl PartialEq for Key {
+    /// Two inline keys compare by their length and padded words (no
+    /// `memcmp` call).
+    #[inline]
     fn eq(&self, other: &Self) -> bool {
-        self.as_bytes() == other.as_bytes()
+        match (&self.0, &other.0) {
+            (Repr::Inline { len: la, buf: a }, Repr::Inline { len: lb, buf: b }) => {
+                la == lb && words(a) == words(b)
+            }
+            _ => self.as_bytes() == other.as_bytes(),
+        }
     }
 }
 impl Eq for Key {}
@@ -191,6 +199,12 @@ mod tests {
         fn fast_compare_is_byte_order(a in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..30),
                                       b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..30)) {
             proptest::prop_assert_eq!(Key::new(&a).cmp(&Key::new(&b)), a.cmp(&b));
+        }
+
+        #[test]
+        fn fast_equality_is_byte_equality(a in proptest::collection::vec(0u8..2, 0..26),
+                                          b in proptest::collection::vec(0u8..2, 0..26)) {
+            proptest::prop_assert_eq!(Key::new(&a) == Key::new(&b), a == b);
         }
 
         #[test]

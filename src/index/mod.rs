@@ -160,7 +160,7 @@ impl Keyspace {
                 let stale = !one_db
                     || changed_here.iter().any(|&j| {
                         let (d, k, _) = &chunk[j];
-                        d == db && k.as_bytes() == key.as_bytes()
+                        d == db && k == key
                     });
                 let current = if stale { None } else { known.get(i).copied() };
                 if current == Some(*truth) {
