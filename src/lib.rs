@@ -115,6 +115,8 @@ mod module {
                 ["inline-entries", &config::INLINE_ENTRIES, 256, 0, 100_000, ConfigurationFlags::DEFAULT, None],
                 ["backfill-batch", &config::BACKFILL_BATCH, 1000, 1, 1_000_000, ConfigurationFlags::DEFAULT, None],
                 ["hash-copy-batch", &config::HASH_COPY_BATCH, 1000, 1, 1_000_000, ConfigurationFlags::DEFAULT, None],
+                ["collection-memory-limit", &config::HASH_MEMORY_LIMIT, 268_435_456, 1024, i64::MAX, ConfigurationFlags::MEMORY, None],
+                // The name before SNAPSHOT.SSCAN/ZSCAN: an alias (same value).
                 ["hash-memory-limit", &config::HASH_MEMORY_LIMIT, 268_435_456, 1024, i64::MAX, ConfigurationFlags::MEMORY, None],
             ],
             string: [],

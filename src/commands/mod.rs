@@ -4,8 +4,11 @@
 //! reply. No panic crosses into the server: it becomes an error reply.
 
 pub mod args;
+pub mod collection;
 pub mod hscan;
 pub mod scan;
+pub mod sscan;
+pub mod zscan;
 
 use crate::ffi::{self, api, reply::Reply, Ctx};
 use args::CmdError;
@@ -60,6 +63,22 @@ extern "C" fn snapshot_hscan(
     dispatch(ctx, argv, argc, hscan::run)
 }
 
+extern "C" fn snapshot_sscan(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    dispatch(ctx, argv, argc, sscan::run)
+}
+
+extern "C" fn snapshot_zscan(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    dispatch(ctx, argv, argc, zscan::run)
+}
+
 struct Spec {
     name: &'static str,
     func: raw::RedisModuleCmdFunc,
@@ -83,11 +102,40 @@ const COMMANDS: &[Spec] = &[
         keys: (1, 1, 1),
         acl: "read hash slow",
     },
+    Spec {
+        name: "snapshot.sscan",
+        func: Some(snapshot_sscan),
+        flags: "readonly",
+        keys: (1, 1, 1),
+        acl: "read set slow",
+    },
+    Spec {
+        name: "snapshot.zscan",
+        func: Some(snapshot_zscan),
+        flags: "readonly",
+        keys: (1, 1, 1),
+        acl: "read sortedset slow",
+    },
 ];
 
-/// Declares SNAPSHOT.HSCAN's key precisely: position 1, read-only, values
-/// accessed (so ACL read-only key patterns like `%R~` allow it), arity -3.
-fn set_hscan_info(ctx: Ctx, name: &CString) {
+/// What a collection command's COMMAND DOCS summary says.
+fn collection_summary(name: &str) -> Option<&'static std::ffi::CStr> {
+    match name {
+        "snapshot.hscan" => {
+            Some(c"Iterates a point-in-time snapshot of a hash's fields and values.")
+        }
+        "snapshot.sscan" => Some(c"Iterates a point-in-time snapshot of a set's members."),
+        "snapshot.zscan" => {
+            Some(c"Iterates a point-in-time snapshot of a sorted set's members and scores.")
+        }
+        _ => None,
+    }
+}
+
+/// Declares a collection command's key precisely: position 1, read-only,
+/// values accessed (so ACL read-only key patterns like `%R~` allow it),
+/// arity -3.
+fn set_collection_info(ctx: Ctx, name: &CString, summary: &std::ffi::CStr) {
     let (Some(get), Some(set_info)) = (
         api!(RedisModule_GetCommand),
         api!(RedisModule_SetCommandInfo),
@@ -123,7 +171,7 @@ fn set_hscan_info(ctx: Ctx, name: &CString) {
     };
     let info = raw::RedisModuleCommandInfo {
         version: &version,
-        summary: c"Iterates a point-in-time snapshot of a hash's fields and values.".as_ptr(),
+        summary: summary.as_ptr(),
         complexity: c"O(1) per call after an O(N) copy made in bounded slices.".as_ptr(),
         since: c"0.1.0".as_ptr(),
         history: std::ptr::null_mut(),
@@ -140,7 +188,10 @@ fn set_hscan_info(ctx: Ctx, name: &CString) {
             ffi::log(
                 ctx,
                 "warning",
-                "snapscan: cannot set key specs of snapshot.hscan",
+                &format!(
+                    "snapscan: cannot set key specs of {}",
+                    name.to_string_lossy()
+                ),
             );
         }
     }
@@ -168,8 +219,8 @@ pub fn register(ctx: Ctx) -> Result<(), String> {
         if rc != raw::REDISMODULE_OK as c_int {
             return Err(format!("cannot create command {}", c.name));
         }
-        if c.name == "snapshot.hscan" {
-            set_hscan_info(ctx, &name);
+        if let Some(summary) = collection_summary(c.name) {
+            set_collection_info(ctx, &name, summary);
         }
         if let (Some(get), Some(set_acl)) = (
             api!(RedisModule_GetCommand),

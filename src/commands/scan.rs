@@ -43,6 +43,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
         Allowed {
             type_filter: true,
             novalues: false,
+            noscores: false,
         },
     )?;
     let m = state::try_get().ok_or_else(|| CmdError::msg("ERR snapscan is not initialised"))?;

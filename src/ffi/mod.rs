@@ -3,7 +3,7 @@
 
 pub mod blocked;
 pub mod call;
-pub mod hashcopy;
+pub mod collcopy;
 pub mod keys;
 pub mod mainloop;
 pub mod reply;
