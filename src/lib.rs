@@ -118,6 +118,7 @@ mod module {
                 ["collection-memory-limit", &config::HASH_MEMORY_LIMIT, 268_435_456, 1024, i64::MAX, ConfigurationFlags::MEMORY, None],
                 // The name before SNAPSHOT.SSCAN/ZSCAN: an alias (same value).
                 ["hash-memory-limit", &config::HASH_MEMORY_LIMIT, 268_435_456, 1024, i64::MAX, ConfigurationFlags::MEMORY, None],
+                ["unlink-batch", &commands::unlink::UNLINK_BATCH, 10_000, 1, 1_000_000, ConfigurationFlags::DEFAULT, None],
             ],
             string: [],
             bool: [],

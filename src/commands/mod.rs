@@ -8,6 +8,7 @@ pub mod collection;
 pub mod hscan;
 pub mod scan;
 pub mod sscan;
+pub mod unlink;
 pub mod zscan;
 
 use crate::ffi::{self, api, reply::Reply, Ctx};
@@ -79,6 +80,14 @@ extern "C" fn snapshot_zscan(
     dispatch(ctx, argv, argc, zscan::run)
 }
 
+extern "C" fn snapshot_unlink(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    dispatch(ctx, argv, argc, unlink::run)
+}
+
 struct Spec {
     name: &'static str,
     func: raw::RedisModuleCmdFunc,
@@ -115,6 +124,14 @@ const COMMANDS: &[Spec] = &[
         flags: "readonly",
         keys: (1, 1, 1),
         acl: "read sortedset slow",
+    },
+    Spec {
+        name: "snapshot.unlink",
+        func: Some(snapshot_unlink),
+        // No "denyoom": deleting is how memory is freed.
+        flags: "write",
+        keys: (0, 0, 0),
+        acl: "keyspace write slow",
     },
 ];
 

@@ -48,15 +48,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     )?;
     let m = state::try_get().ok_or_else(|| CmdError::msg("ERR snapscan is not initialised"))?;
     crate::events::settle();
-    let p = backfill::progress();
-    if p.running {
-        return Err(CmdError::msg(format!(
-            "LOADING snapscan is building its index: {}% ({} of {} keys); retry shortly",
-            backfill::percent(&p),
-            p.scanned.min(p.total),
-            p.total
-        )));
-    }
+    index_ready()?;
     let type_filter = match opts.type_name {
         None => None,
         Some(t) => Some(m.type_names().lookup(t).ok_or_else(|| {
@@ -121,6 +113,20 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
             let (next, keys) = serve(m, start, &spec);
             write_page(&Reply::new(ctx), next, &keys);
         }
+    }
+    Ok(())
+}
+
+/// The `LOADING` error while the index is being built after MODULE LOAD.
+pub(super) fn index_ready() -> Result<(), CmdError> {
+    let p = backfill::progress();
+    if p.running {
+        return Err(CmdError::msg(format!(
+            "LOADING snapscan is building its index: {}% ({} of {} keys); retry shortly",
+            backfill::percent(&p),
+            p.scanned.min(p.total),
+            p.total
+        )));
     }
     Ok(())
 }

@@ -8,6 +8,7 @@ pub mod keys;
 pub mod mainloop;
 pub mod reply;
 pub mod thread_ctx;
+pub mod unlink;
 
 use redis_module::raw;
 use std::ffi::CString;

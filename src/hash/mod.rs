@@ -11,6 +11,7 @@
 //! `snapshot.collection-memory-limit`: the limit is a real bound on what
 //! copies hold, reservations ahead of need included.
 
+pub mod touched;
 pub mod watch;
 
 use crate::glob::Pattern;

@@ -31,6 +31,8 @@ pub struct Watch {
 
 #[derive(Default)]
 pub struct Watches {
+    /// Keys written while a SNAPSHOT.UNLINK runs (fed by the same events).
+    pub touched: super::touched::Trackers,
     map: DashMap<(usize, Box<[u8]>), Watch>,
     count: AtomicUsize,
     epoch: AtomicU64,
@@ -44,6 +46,7 @@ impl Watches {
 
     /// Records a keyspace event on `key` in `db`. O(1) when nothing is watched.
     pub fn bump(&self, db: usize, key: &[u8]) {
+        self.touched.record(Some(db), key);
         if self.count.load(Ordering::SeqCst) == 0 {
             return;
         }
@@ -52,9 +55,19 @@ impl Watches {
         }
     }
 
-    /// Invalidates every watch (FLUSHDB/FLUSHALL/SWAPDB/loading).
+    /// Invalidates every watch (FLUSHDB/FLUSHALL/SWAPDB/loading), and ends
+    /// every running SNAPSHOT.UNLINK.
     pub fn bump_all(&self) {
         self.epoch.fetch_add(1, Ordering::SeqCst);
+        self.touched.end_all();
+    }
+
+    /// `key` moved or copied between databases (the event may come from
+    /// the caller's database): invalidates every watch, and marks the key
+    /// written in every database for running deletions.
+    pub fn bump_moved(&self, key: &[u8]) {
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        self.touched.record(None, key);
     }
 
     pub fn epoch(&self) -> u64 {
