@@ -146,7 +146,7 @@ fn serve(m: &'static Module, start: Start, spec: &ScanSpec) -> (u64, Vec<Key>) {
 /// Pending index operations a small cursor-0 page may apply on the main
 /// thread to cut its snapshot (under a write load, applying a few hundred
 /// took milliseconds there); with more pending, the page goes to a worker.
-const INLINE_APPLY_MAX: usize = 16;
+pub(super) const INLINE_APPLY_MAX: usize = 16;
 
 /// The page on the main thread if it is small: COUNT and the entries it
 /// examines within `snapshot.inline-entries`, and the snapshot ready (at

@@ -1,16 +1,19 @@
 //! SNAPSHOT.UNLINK pattern [TYPE type] [DRYRUN]
 
 use super::args::{CmdError, SYNTAX};
+use crate::ffi::reply::Reply;
 use crate::ffi::unlink::{self as server, User};
 use crate::ffi::{self, blocked::BlockedReply, keys, mainloop, Ctx, OwnedString};
 use crate::glob::Pattern;
 use crate::hash::touched::Tracking;
+use crate::index::live::OpenRequest;
 use crate::index::walk::{walk, ScanSpec};
-use crate::index::Key;
+use crate::index::{Key, Snapshot};
 use crate::state::{self, Module};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, TryRecvError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Main-thread time one slice spends at most (checked between batches).
@@ -31,7 +34,8 @@ const IN_TRANSACTION: &str =
 /// at low priority) might hold. The worker dropping its sender, however its
 /// job ends (a panic included), means the search is over.
 struct Found {
-    rx: Receiver<Vec<Key>>,
+    /// `None`: every key is in `buf` already.
+    rx: Option<Receiver<Vec<Key>>>,
     buf: VecDeque<Key>,
     over: bool,
 }
@@ -41,7 +45,11 @@ impl Found {
     /// none now but more may come.
     fn take(&mut self, n: usize) -> Option<Vec<Key>> {
         while self.buf.len() < n && !self.over {
-            match self.rx.try_recv() {
+            let Some(rx) = &self.rx else {
+                self.over = true;
+                break;
+            };
+            match rx.try_recv() {
                 Ok(page) => self.buf.extend(page),
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => self.over = true,
@@ -106,29 +114,12 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     let req = m.open(db, ffi::command_time_ms());
     let tracking = m.watches.touched.track(db, pattern.clone());
     Module::bump(&m.watches.touched.stats.calls, 1);
-    let bc = BlockedReply::block(ctx)
-        .ok_or_else(|| CmdError::msg("ERR snapscan: cannot block the client"))?;
-    let (tx, rx) = channel();
     let spec = ScanSpec {
         pattern: Some(pattern),
         type_filter,
         count: PAGE,
         budget: usize::MAX,
     };
-    m.on_worker(Box::new(move || {
-        let snap = m.snapshot(&req);
-        let mut after: Option<Key> = None;
-        loop {
-            let page = walk(&snap.map, snap.at_ms, after.as_ref(), &spec);
-            // A send fails only once the main thread gave up: stop then.
-            let sent = page.keys.is_empty() || tx.send(page.keys).is_ok();
-            match page.resume_after {
-                Some(k) if sent => after = Some(k),
-                _ => break,
-            }
-        }
-        m.reaper.dispose(snap);
-    }));
     let mut task = Task {
         m,
         db,
@@ -136,15 +127,85 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
         dryrun,
         tracking,
         found: Found {
-            rx,
+            rx: None,
             buf: VecDeque::new(),
             over: false,
         },
-        reply: Some(bc),
+        reply: None,
+        outcome: None,
         count: 0,
     };
+    // A small match (the snapshot ready, the pattern's range within
+    // `snapshot.inline-entries` entries) is found right here, and deleted
+    // here if one slice suffices: no hand-off, no wait.
+    let snap = match small_match(m, &req, &spec) {
+        Err(snap) => snap,
+        Ok(keys) => {
+            task.found.buf.extend(keys);
+            task.found.over = true;
+            task.slice(ctx);
+            match task.outcome.take() {
+                Some(Ok(n)) => {
+                    Reply::new(ctx).long(n as i64);
+                    return Ok(());
+                }
+                Some(Err(e)) => return Err(CmdError::msg(e)),
+                None => None, // more than one slice: go on below
+            }
+        }
+    };
+    task.reply = Some(
+        BlockedReply::block(ctx)
+            .ok_or_else(|| CmdError::msg("ERR snapscan: cannot block the client"))?,
+    );
+    if !task.found.over {
+        let (tx, rx) = channel();
+        task.found.rx = Some(rx);
+        m.on_worker(Box::new(move || {
+            let snap = snap.unwrap_or_else(|| m.snapshot(&req));
+            let mut after: Option<Key> = None;
+            loop {
+                let page = walk(&snap.map, snap.at_ms, after.as_ref(), &spec);
+                // A send fails only once the main thread gave up: stop then.
+                let sent = page.keys.is_empty() || tx.send(page.keys).is_ok();
+                match page.resume_after {
+                    Some(k) if sent => after = Some(k),
+                    _ => break,
+                }
+            }
+            m.reaper.dispose(snap);
+        }));
+    }
     mainloop::run_in_steps(ctx, Box::new(move |tctx| task.step(tctx)));
     Ok(())
+}
+
+/// Every matching key, if the snapshot is ready without waiting and the
+/// walk ends within `snapshot.inline-entries` entries. Otherwise the
+/// snapshot if it was had (the worker starts from it), else `None`.
+fn small_match(
+    m: &'static Module,
+    req: &OpenRequest,
+    spec: &ScanSpec,
+) -> Result<Vec<Key>, Option<Arc<Snapshot>>> {
+    let limit = crate::config::get(&crate::config::INLINE_ENTRIES);
+    if limit == 0 {
+        return Err(None);
+    }
+    let snap = m
+        .try_snapshot(req, super::scan::INLINE_APPLY_MAX)
+        .ok_or(None)?;
+    let small = ScanSpec {
+        count: limit,
+        budget: limit,
+        ..spec.clone()
+    };
+    let page = walk(&snap.map, snap.at_ms, None, &small);
+    if page.resume_after.is_some() {
+        return Err(Some(snap));
+    }
+    m.reaper.dispose(snap);
+    Ok(page.keys)
 }
 
 /// The main-thread half of one call.
@@ -157,16 +218,27 @@ struct Task {
     found: Found,
     /// The waiting client, until answered (dropped unanswered: an error).
     reply: Option<BlockedReply>,
+    /// The result, once over, when no client waits (answered inline).
+    outcome: Option<Result<u64, String>>,
     count: u64,
 }
 
 impl Task {
     fn step(&mut self, ctx: Ctx) -> mainloop::Next {
-        let started = Instant::now();
+        let (started, cpu) = (Instant::now(), server::thread_cpu_us());
+        let switches = server::thread_voluntary_switches();
         let next = self.slice(ctx);
         let us = started.elapsed().as_micros() as u64;
         let stats = &self.m.watches.touched.stats;
         stats.longest_slice_us.fetch_max(us, Ordering::Relaxed);
+        let cpu_us = server::thread_cpu_us().saturating_sub(cpu);
+        stats
+            .longest_slice_cpu_us
+            .fetch_max(cpu_us, Ordering::Relaxed);
+        Module::bump(&stats.slices, 1);
+        if server::thread_voluntary_switches() != switches {
+            Module::bump(&stats.slices_blocked, 1);
+        }
         next
     }
 
@@ -247,19 +319,20 @@ impl Task {
     }
 
     fn answer(&mut self, outcome: Result<(), String>) -> mainloop::Next {
-        if let Some(bc) = self.reply.take() {
-            let count = self.count;
-            bc.reply(|r| match &outcome {
-                Ok(()) => r.long(count as i64),
+        let outcome = outcome.map(|()| self.count);
+        match self.reply.take() {
+            Some(bc) => bc.reply(|r| match &outcome {
+                Ok(n) => r.long(*n as i64),
                 Err(e) => r.error(e),
-            });
+            }),
+            None => self.outcome = Some(outcome),
         }
         mainloop::Next::Done
     }
 }
 
 /// SNAPSHOT.UNLINK figures for INFO.
-pub fn info_figures(m: &Module) -> [(&'static str, u64); 6] {
+pub fn info_figures(m: &Module) -> [(&'static str, u64); 9] {
     let s = &m.watches.touched.stats;
     let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
     [
@@ -269,5 +342,8 @@ pub fn info_figures(m: &Module) -> [(&'static str, u64); 6] {
         ("unlink_keys_written_since", get(&s.keys_written)),
         ("unlink_stopped_early", get(&s.stopped)),
         ("unlink_longest_slice_us", get(&s.longest_slice_us)),
+        ("unlink_longest_slice_cpu_us", get(&s.longest_slice_cpu_us)),
+        ("unlink_slices", get(&s.slices)),
+        ("unlink_slices_blocked", get(&s.slices_blocked)),
     ]
 }

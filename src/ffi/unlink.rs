@@ -113,3 +113,30 @@ pub fn read_only_replica(ctx: Ctx) -> bool {
     let ro = raw::REDISMODULE_CTX_FLAGS_SLAVE | raw::REDISMODULE_CTX_FLAGS_READONLY;
     flags & ro == ro
 }
+
+/// CPU time of the calling thread, in microseconds (0 if unavailable).
+pub fn thread_cpu_us() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1000
+}
+
+/// Voluntary context switches of the calling thread so far (it blocked:
+/// waited for a lock or I/O), 0 if unavailable.
+pub fn thread_voluntary_switches() -> u64 {
+    // SAFETY: an all-zero rusage is a valid value for getrusage to fill.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes one rusage we own.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    if rc != 0 {
+        return 0;
+    }
+    ru.ru_nvcsw.max(0) as u64
+}

@@ -64,6 +64,12 @@ pub struct UnlinkStats {
     pub keys_written: AtomicU64,
     pub stopped: AtomicU64,
     pub longest_slice_us: AtomicU64,
+    /// The same, in CPU time of the main thread (without preemption).
+    pub longest_slice_cpu_us: AtomicU64,
+    /// Slices run, and those during which the main thread blocked (waited
+    /// for a lock or I/O, as opposed to being preempted).
+    pub slices: AtomicU64,
+    pub slices_blocked: AtomicU64,
 }
 
 #[derive(Default)]
