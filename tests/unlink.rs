@@ -168,6 +168,17 @@ fn exactly_the_matching_keys_go_and_nothing_else() {
     assert_eq!(cmd_str(&mut con, &["GET", "t:s0"]), "db2");
     let _: () = query(&mut con, &["SELECT", "5"]).unwrap();
     assert_eq!(unlink(&mut con, &["*"]), 0);
+    // A match this small, the index caught up: deleted within the call, no
+    // slice needed.
+    for i in 0..20 {
+        let _: () = query(&mut con, &["SET", &format!("s:{i}"), "v"]).unwrap();
+    }
+    wait_until("the index to catch up", POLL, || {
+        info_u64(&mut con, "snapshot_index_backlog") == 0
+    });
+    let slices = info_u64(&mut con, "snapshot_unlink_slices");
+    assert_eq!(unlink(&mut con, &["s:*"]), 20);
+    assert_eq!(info_u64(&mut con, "snapshot_unlink_slices"), slices);
 }
 
 #[test]
@@ -455,4 +466,61 @@ fn argument_errors_key_specs_and_acl_categories() {
             assert!(cmds.iter().any(|c| c == "snapshot.unlink"), "ACL CAT {cat}");
         }
     }
+}
+
+#[test]
+fn a_user_deleted_mid_way_deletes_nothing_more() {
+    let server = Server::start();
+    let mut con = server.client();
+    slow_slices(&mut con);
+    populate(&mut con, SMALLER);
+    let _: () = query(
+        &mut con,
+        &["ACL", "SETUSER", "u", "on", ">pw", "~key:*", "+@all"],
+    )
+    .unwrap();
+    let mut c = server.client();
+    let _: () = query(&mut c, &["AUTH", "u", "pw"]).unwrap();
+    let h = std::thread::spawn(move || redis::cmd(CMD).arg("key:*").query::<i64>(&mut c));
+    wait_started(&mut con, 0);
+    // Deleting the user also disconnects its clients; the deletion goes on
+    // without permissions.
+    let _: i64 = query(&mut con, &["ACL", "DELUSER", "u"]).unwrap();
+    assert!(h.join().unwrap().is_err(), "the client was disconnected");
+    wait_until("every key handled", POLL, || {
+        info_u64(&mut con, "snapshot_unlink_keys_unlinked")
+            + info_u64(&mut con, "snapshot_unlink_keys_denied")
+            == SMALLER as u64
+    });
+    let denied = info_u64(&mut con, "snapshot_unlink_keys_denied");
+    assert!(denied > 0);
+    assert_eq!(
+        dbsize(&mut con) as u64,
+        denied,
+        "the keys left are those denied"
+    );
+}
+
+#[test]
+fn becoming_a_replica_mid_way_stops_it() {
+    let server = Server::start();
+    let mut con = server.client();
+    slow_slices(&mut con);
+    populate(&mut con, SMALLER);
+    let (h, _done) = in_background(&server, &["key:*"]);
+    wait_started(&mut con, 0);
+    // A primary that does not answer: read-only replica at once, data kept.
+    let _: () = query(&mut con, &["REPLICAOF", "127.0.0.1", "1"]).unwrap();
+    // READONLY from the module; some servers unblock blocked clients
+    // themselves when they turn into a replica (UNBLOCKED).
+    let e = err_text(&h.join().unwrap().expect_err("READONLY"));
+    assert!(
+        e.starts_with("READONLY") || e.starts_with("UNBLOCKED"),
+        "{e}"
+    );
+    wait_until("the deletion to stop", POLL, || {
+        info_u64(&mut con, "snapshot_unlink_stopped_early") == 1
+    });
+    let _: () = query(&mut con, &["REPLICAOF", "NO", "ONE"]).unwrap();
+    assert!(dbsize(&mut con) > 0);
 }

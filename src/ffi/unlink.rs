@@ -48,7 +48,11 @@ impl User {
         let unlink = OwnedString::new(ctx, b"UNLINK")?;
         // SAFETY: the server lock is held; `s` is a live string.
         let user = unsafe { get(s.ptr()) };
-        (!user.is_null()).then_some(User { user, unlink })
+        // Not `then_some`: it would build (and drop, freeing NULL) a User.
+        if user.is_null() {
+            return None;
+        }
+        Some(User { user, unlink })
     }
 
     /// Whether the user may run `UNLINK key` itself: the command (ACL
