@@ -4,6 +4,7 @@
 pub mod blocked;
 pub mod call;
 pub mod collcopy;
+pub mod command;
 pub mod keys;
 pub mod mainloop;
 pub mod reply;
