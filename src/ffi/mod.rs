@@ -59,7 +59,8 @@ impl OwnedString {
         let create = api!(RedisModule_CreateString)?;
         // SAFETY: creates a string owned by us from valid bytes.
         let s = unsafe { create(ctx, bytes.as_ptr().cast(), bytes.len()) };
-        (!s.is_null()).then_some(OwnedString { ctx, s })
+        // Not `then_some`: it would build, then drop (free), a NULL string.
+        (!s.is_null()).then(|| OwnedString { ctx, s })
     }
 
     pub fn ptr(&self) -> *mut raw::RedisModuleString {

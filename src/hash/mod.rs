@@ -233,12 +233,12 @@ impl Builder {
         self.accounted
     }
 
-    /// Discards what was copied so far (e.g. to retry after a write), and
-    /// gives its memory back.
+    /// Discards what was copied so far (e.g. to retry after a write). The
+    /// capacity stays reserved (and charged): a copy that starts over needs
+    /// it again, and growing it anew would copy everything on each doubling.
     pub fn clear(&mut self) {
-        self.arena = Vec::new();
-        self.slots = Vec::new();
-        refund(std::mem::replace(&mut self.accounted, 0));
+        self.arena.clear();
+        self.slots.clear();
     }
 
     /// Sorts by name and drops repeated names (a sliced SCAN may return an
@@ -498,7 +498,12 @@ mod tests {
             "reserved {} past the limit",
             b.bytes()
         );
+        let (held, arena) = (b.bytes(), b.arena.as_ptr());
         b.clear();
-        assert_eq!(b.bytes(), 0);
+        assert!(b.is_empty());
+        assert_eq!(b.bytes(), held, "capacity kept (and charged) for the restart");
+        b.push(b"m", b"1").expect("fits");
+        assert_eq!(b.arena.as_ptr(), arena);
+        drop(b);
     }
 }
