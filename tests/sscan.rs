@@ -268,3 +268,35 @@ fn key_specs_and_acl_categories_like_sscan() {
     let _: () = query(&mut o, &["AUTH", "o", "pw"]).unwrap();
     assert!(expect_err(&mut o, &[CMD, "s", "0"]).starts_with("NOPERM"));
 }
+
+#[test]
+fn the_collection_memory_limit_covers_sets() {
+    let server = Server::start();
+    let mut con = server.client();
+    populate(&mut con, "s", Enc::Hashtable);
+    let _: () = query(
+        &mut con,
+        &["CONFIG", "SET", "snapshot.collection-memory-limit", "4096"],
+    )
+    .unwrap();
+    let e = expect_err(&mut con, &[CMD, "s", "0"]);
+    assert!(
+        e.starts_with(
+            "ERR snapscan: collection snapshots would exceed snapshot.collection-memory-limit ("
+        ) && e.ends_with("of 4096 bytes held); retry later or raise the limit"),
+        "{e}"
+    );
+    let info = cmd_str(&mut con, &["INFO", "snapshot"]);
+    assert_eq!(
+        info_field(&info, "snapshot_hash_snapshot_bytes").as_deref(),
+        Some("0")
+    );
+    let _: () = query(
+        &mut con,
+        &["CONFIG", "SET", "snapshot.hash-memory-limit", "1mb"],
+    )
+    .unwrap();
+    let truth = native(&mut con, "SSCAN", "s", &["COUNT", "100"], 1);
+    let got = finish_from(&mut con, CMD, "s", "0", &["COUNT", "500"], 1, |_| {});
+    assert_same(&to_elems(&got, 1), &truth, "under the raised limit");
+}

@@ -288,3 +288,66 @@ fn key_specs_and_acl_categories_like_zscan() {
     let _: () = query(&mut w, &["AUTH", "w", "pw"]).unwrap();
     assert!(expect_err(&mut w, &[CMD, "z", "0"]).starts_with("NOPERM"));
 }
+
+#[test]
+fn sliced_copy_under_a_hammering_writer_is_one_instant() {
+    let server = Server::start();
+    let mut con = server.client();
+    // 50 slices of 100 members for 5,000 members.
+    let _: () = query(
+        &mut con,
+        &["CONFIG", "SET", "snapshot.hash-copy-batch", "100"],
+    )
+    .unwrap();
+    populate(&mut con, "z", 5_000);
+    let base = native(&mut con, "ZSCAN", "z", &["COUNT", "1000"], 2);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut w = server.client();
+    let s = stop.clone();
+    // Adds w:0, w:1, ... in order: any one instant holds a prefix of them.
+    let writer = std::thread::spawn(move || {
+        let mut i = 0u64;
+        while !s.load(std::sync::atomic::Ordering::SeqCst) && i < 1_000_000 {
+            let _: i64 = query(&mut w, &["ZADD", "z", "7.5", &format!("w:{i:07}")]).unwrap();
+            i += 1;
+        }
+        i
+    });
+    wait_until(
+        "the writer to start",
+        std::time::Duration::from_secs(10),
+        || cmd_str(&mut con, &["ZCARD", "z"]).parse::<usize>().unwrap() > 5_010,
+    );
+    let mut copies = Vec::new();
+    for _ in 0..3 {
+        copies.push(to_elems(
+            &finish_from(&mut con, CMD, "z", "0", &["COUNT", "1000"], 2, |_| {}),
+            2,
+        ));
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let written = writer.join().unwrap();
+    assert!(written > 0);
+    // The writes did land between slices: copies restarted (or fell back
+    // to one hold after 3 restarts).
+    let info = cmd_str(&mut con, &["INFO", "snapshot"]);
+    let retries: u64 = info_field(&info, "snapshot_hash_copy_retries")
+        .unwrap()
+        .parse()
+        .unwrap();
+    eprintln!("{written} members written, {retries} restarts");
+    assert!(retries > 0);
+    for got in copies {
+        let (ws, rest): (Elems, Elems) = got.into_iter().partition(|(m, _)| m.starts_with(b"w:"));
+        assert_same(&rest, &base, "the members nobody wrote");
+        let n = ws.len();
+        let want: Elems = (0..n)
+            .map(|i| (format!("w:{i:07}").into_bytes(), b"7.5".to_vec()))
+            .collect();
+        assert_same(
+            &ws,
+            &want,
+            "the written members form a prefix (one instant)",
+        );
+    }
+}

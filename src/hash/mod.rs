@@ -501,7 +501,11 @@ mod tests {
         let (held, arena) = (b.bytes(), b.arena.as_ptr());
         b.clear();
         assert!(b.is_empty());
-        assert_eq!(b.bytes(), held, "capacity kept (and charged) for the restart");
+        assert_eq!(
+            b.bytes(),
+            held,
+            "capacity kept (and charged) for the restart"
+        );
         b.push(b"m", b"1").expect("fits");
         assert_eq!(b.arena.as_ptr(), arena);
         drop(b);
