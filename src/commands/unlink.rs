@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Main-thread time one slice spends at most (checked between batches).
-const SLICE_TIME: Duration = Duration::from_micros(750);
+const SLICE_TIME: Duration = Duration::from_micros(600);
 /// `snapshot.unlink-batch`: keys one slice handles at most (the slice also
 /// ends after about [`SLICE_TIME`]).
 pub static UNLINK_BATCH: AtomicI64 = AtomicI64::new(10_000);
