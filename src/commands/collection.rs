@@ -10,7 +10,7 @@ use crate::ffi::thread_ctx::Detached;
 use crate::ffi::{self, blocked::BlockedReply, keys, mainloop, reply::Reply, Ctx};
 use crate::glob::Pattern;
 use crate::hash::watch::Copying;
-use crate::hash::{self, Builder, CollCopy, CopyPage, Kind};
+use crate::hash::{Builder, CollCopy, CopyPage, Kind};
 use crate::index::meta::{TypeId, HASH, SET, ZSET};
 use crate::state::{self, HashCursor, Module};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -157,7 +157,8 @@ fn open(ctx: Ctx, call: Call) -> Result<(), CmdError> {
     let elements = keys::value_len(ctx, name.ptr());
     let small = call.inline || elements <= batch;
     let guard = m.watches.begin(db, key);
-    let mut builder = Builder::new(kind, config::get(&config::HASH_MEMORY_LIMIT));
+    let limit = config::get(&config::HASH_MEMORY_LIMIT);
+    let mut builder = Builder::new(kind, &m.watches.budget, limit);
     let started = Instant::now();
     // Everything at once when small or when we cannot block; else a first
     // slice (which is everything for a listpack or intset encoding).
@@ -542,9 +543,9 @@ fn write_page(r: &Reply, next: u64, copy: &CollCopy, items: &[usize], pairs: boo
 /// predate sets and sorted sets).
 pub fn info_figures(m: &Module) -> [(&'static str, u64); 8] {
     [
-        ("hash_snapshots_open", hash::copies_open() as u64),
-        ("hash_snapshot_bytes", hash::bytes_held() as u64),
-        ("hash_copies_made", hash::copies_made()),
+        ("hash_snapshots_open", m.watches.budget.copies_open() as u64),
+        ("hash_snapshot_bytes", m.watches.budget.bytes_held() as u64),
+        ("hash_copies_made", m.watches.budget.copies_made()),
         ("hash_copies_reused", m.watches.reused()),
         (
             "hash_copy_retries",

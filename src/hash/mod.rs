@@ -7,9 +7,10 @@
 //! second string (the value, or the score as the server formats it).
 //!
 //! Memory: every byte of capacity the copies *reserve* (arena and slot
-//! table) is accounted globally before it is allocated, against
-//! `snapshot.collection-memory-limit`: the limit is a real bound on what
-//! copies hold, reservations ahead of need included.
+//! table) is charged to a [`Budget`] (the module's one, in its state)
+//! before it is allocated, against `snapshot.collection-memory-limit`: the
+//! limit is a real bound on what copies hold, reservations ahead of need
+//! included.
 
 pub mod touched;
 pub mod watch;
@@ -17,21 +18,59 @@ pub mod watch;
 use crate::glob::Pattern;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-static BYTES_HELD: AtomicUsize = AtomicUsize::new(0);
-static COPIES_OPEN: AtomicUsize = AtomicUsize::new(0);
-static COPIES_MADE: AtomicU64 = AtomicU64::new(0);
+/// What all copies hold, charged against the memory limit.
+#[derive(Default)]
+pub struct Budget {
+    held: AtomicUsize,
+    open: AtomicUsize,
+    made: AtomicU64,
+}
 
-/// Bytes of capacity held by live copies (and copies being built).
+impl Budget {
+    /// Bytes of capacity held by live copies (and copies being built).
+    pub fn bytes_held(&self) -> usize {
+        self.held.load(Ordering::SeqCst)
+    }
+
+    pub fn copies_open(&self) -> usize {
+        self.open.load(Ordering::SeqCst)
+    }
+
+    pub fn copies_made(&self) -> u64 {
+        self.made.load(Ordering::Relaxed)
+    }
+
+    /// Takes `bytes` from the allowance, or refuses without taking any.
+    fn charge(&self, bytes: usize, limit: usize) -> Result<(), OverLimit> {
+        let mut held = self.held.load(Ordering::SeqCst);
+        loop {
+            let after = held.saturating_add(bytes);
+            if after > limit {
+                return Err(OverLimit { held, limit });
+            }
+            match self
+                .held
+                .compare_exchange_weak(held, after, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => return Ok(()),
+                Err(now) => held = now,
+            }
+        }
+    }
+
+    fn refund(&self, bytes: usize) {
+        self.held.fetch_sub(bytes, Ordering::SeqCst);
+    }
+
+    /// The allowance left under `limit`.
+    fn room(&self, limit: usize) -> usize {
+        limit.saturating_sub(self.bytes_held())
+    }
+}
+
+/// Bytes of capacity held by the module's copies (0 before it is loaded).
 pub fn bytes_held() -> usize {
-    BYTES_HELD.load(Ordering::SeqCst)
-}
-
-pub fn copies_open() -> usize {
-    COPIES_OPEN.load(Ordering::SeqCst)
-}
-
-pub fn copies_made() -> u64 {
-    COPIES_MADE.load(Ordering::Relaxed)
+    crate::state::try_get().map_or(0, |m| m.watches.budget.bytes_held())
 }
 
 /// What one element of a collection is.
@@ -79,33 +118,10 @@ pub struct OverLimit {
     pub limit: usize,
 }
 
-/// Takes `bytes` from the global allowance, or refuses without taking any.
-fn charge(bytes: usize, limit: usize) -> Result<(), OverLimit> {
-    let mut held = BYTES_HELD.load(Ordering::SeqCst);
-    loop {
-        let after = held.saturating_add(bytes);
-        if after > limit {
-            return Err(OverLimit { held, limit });
-        }
-        match BYTES_HELD.compare_exchange_weak(held, after, Ordering::SeqCst, Ordering::SeqCst) {
-            Ok(_) => return Ok(()),
-            Err(now) => held = now,
-        }
-    }
-}
-
-fn refund(bytes: usize) {
-    BYTES_HELD.fetch_sub(bytes, Ordering::SeqCst);
-}
-
-/// The allowance left under `limit`.
-fn room(limit: usize) -> usize {
-    limit.saturating_sub(bytes_held())
-}
-
 /// Accumulates elements; charges capacity before reserving it.
 pub struct Builder {
     kind: Kind,
+    budget: &'static Budget,
     arena: Vec<u8>,
     slots: Vec<Slot>,
     /// Capacity charged: `arena.capacity() + slots.capacity() * SLOT_BYTES`.
@@ -114,9 +130,10 @@ pub struct Builder {
 }
 
 impl Builder {
-    pub fn new(kind: Kind, limit: usize) -> Self {
+    pub fn new(kind: Kind, budget: &'static Budget, limit: usize) -> Self {
         Builder {
             kind,
+            budget,
             arena: Vec::new(),
             slots: Vec::new(),
             accounted: 0,
@@ -141,7 +158,7 @@ impl Builder {
         let want = arena.saturating_add(slots.saturating_mul(SLOT_BYTES));
         let extra = want.saturating_sub(self.accounted);
         if extra > 0 {
-            charge(extra, self.limit)?;
+            self.budget.charge(extra, self.limit)?;
             self.accounted += extra;
         }
         self.arena.reserve_exact(arena - self.arena.len());
@@ -151,7 +168,7 @@ impl Builder {
         let actual = self.capacity_bytes();
         if actual > self.accounted {
             let more = actual - self.accounted;
-            BYTES_HELD.fetch_add(more, Ordering::SeqCst);
+            self.budget.held.fetch_add(more, Ordering::SeqCst);
             self.accounted = actual;
         }
         Ok(())
@@ -167,7 +184,7 @@ impl Builder {
         if alen + need > acap || slen == scap {
             // Double what is full, but never past the allowance when the
             // element itself still fits in it.
-            let spare = room(self.limit);
+            let spare = self.budget.room(self.limit);
             let arena = if alen + need > acap {
                 let min = alen + need;
                 let doubled = acap.saturating_mul(2).max(min).max(64);
@@ -210,7 +227,7 @@ impl Builder {
         let bytes = per
             .saturating_mul(more)
             .saturating_add(per.saturating_mul(more) / 8);
-        let spare = room(self.limit);
+        let spare = self.budget.room(self.limit);
         let slot_bytes = more.saturating_mul(SLOT_BYTES).min(spare);
         let arena_bytes = bytes.min(spare - slot_bytes);
         // Best effort: when refused, the copy grows (and is charged) as it goes.
@@ -250,10 +267,11 @@ impl Builder {
         slots.sort_by(|a, b| name(a).cmp(name(b)));
         slots.dedup_by(|a, b| name(a) == name(b));
         let accounted = std::mem::replace(&mut self.accounted, 0);
-        COPIES_OPEN.fetch_add(1, Ordering::SeqCst);
-        COPIES_MADE.fetch_add(1, Ordering::Relaxed);
+        self.budget.open.fetch_add(1, Ordering::SeqCst);
+        self.budget.made.fetch_add(1, Ordering::Relaxed);
         CollCopy {
             kind: self.kind,
+            budget: self.budget,
             arena,
             slots,
             accounted,
@@ -263,13 +281,14 @@ impl Builder {
 
 impl Drop for Builder {
     fn drop(&mut self) {
-        refund(self.accounted);
+        self.budget.refund(self.accounted);
     }
 }
 
 /// An immutable copy of one collection, elements in byte order of name.
 pub struct CollCopy {
     kind: Kind,
+    budget: &'static Budget,
     arena: Vec<u8>,
     slots: Vec<Slot>,
     accounted: usize,
@@ -277,8 +296,8 @@ pub struct CollCopy {
 
 impl Drop for CollCopy {
     fn drop(&mut self) {
-        refund(self.accounted);
-        COPIES_OPEN.fetch_sub(1, Ordering::SeqCst);
+        self.budget.refund(self.accounted);
+        self.budget.open.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -358,18 +377,14 @@ mod tests {
 
     const BIG: usize = usize::MAX / 2;
 
-    /// The byte counter is process-wide: tests that charge it run one at a
-    /// time, so a limit relative to it means what it says.
-    pub(crate) static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-    pub(crate) fn serial() -> std::sync::MutexGuard<'static, ()> {
-        SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+    /// A budget of a test's own (the module's lives in its state).
+    pub(crate) fn budget() -> &'static Budget {
+        Box::leak(Box::default())
     }
 
     #[test]
     fn reserve_for_grows_the_buffers_once() {
-        let _g = serial();
-        let mut b = Builder::new(Kind::Hash, BIG);
+        let mut b = Builder::new(Kind::Hash, budget(), BIG);
         for i in 0..100 {
             b.push(format!("f{i:04}").as_bytes(), b"0123456789")
                 .expect("under limit");
@@ -384,7 +399,7 @@ mod tests {
         assert_eq!(b.arena.as_ptr(), arena, "arena reallocated");
         assert_eq!(b.len(), 10_000);
         // Nothing to estimate from, or nothing more to come: no-ops.
-        let mut e = Builder::new(Kind::Hash, 1000);
+        let mut e = Builder::new(Kind::Hash, budget(), 1000);
         e.reserve_for(1_000_000);
         assert_eq!(e.arena.capacity(), 0);
         b.reserve_for(5);
@@ -392,7 +407,7 @@ mod tests {
     }
 
     fn copy_of(kind: Kind, pairs: &[(&str, &str)]) -> CollCopy {
-        let mut b = Builder::new(kind, BIG);
+        let mut b = Builder::new(kind, budget(), BIG);
         for (f, v) in pairs {
             b.push(f.as_bytes(), v.as_bytes()).expect("under limit");
         }
@@ -404,7 +419,6 @@ mod tests {
     #[case(Kind::Set)]
     #[case(Kind::Zset)]
     fn sorts_and_dedups_names(#[case] kind: Kind) {
-        let _g = serial();
         let c = copy_of(kind, &[("b", "2"), ("a", "1"), ("b", "2"), ("c", "3")]);
         let names: Vec<&[u8]> = (0..c.len()).map(|i| c.name(i)).collect();
         assert_eq!(names, vec![b"a" as &[u8], b"b", b"c"]);
@@ -418,7 +432,6 @@ mod tests {
     #[case(3)]
     #[case(100)]
     fn pages_cover_every_element_once_within_count(#[case] count: usize) {
-        let _g = serial();
         let pairs: Vec<(String, String)> = (0..250)
             .map(|i| (format!("f{i:03}"), i.to_string()))
             .collect();
@@ -442,7 +455,6 @@ mod tests {
 
     #[test]
     fn match_and_budget() {
-        let _g = serial();
         let c = copy_of(
             Kind::Hash,
             &[("apple", "1"), ("banana", "2"), ("avocado", "3")],
@@ -455,13 +467,9 @@ mod tests {
         assert_eq!(p.next, Some(1));
     }
 
-    // The global counter is shared by tests running in parallel: each test
-    // below only checks its own builder's charges and bounds.
     #[test]
     fn memory_is_accounted_and_bounded() {
-        let _g = serial();
-        let before = bytes_held();
-        let mut b = Builder::new(Kind::Hash, before + 4096);
+        let mut b = Builder::new(Kind::Hash, budget(), 4096);
         assert!(b.push(&[0u8; 40], &[0u8; 20]).is_ok());
         assert!(b.bytes() >= 60 + SLOT_BYTES);
         assert_eq!(b.bytes(), b.capacity_bytes());
@@ -483,10 +491,8 @@ mod tests {
 
     #[test]
     fn reservations_are_charged_and_capped_by_the_limit() {
-        let _g = serial();
-        let before = bytes_held();
-        let limit = before + 100_000;
-        let mut b = Builder::new(Kind::Zset, limit);
+        let pool = budget();
+        let mut b = Builder::new(Kind::Zset, pool, 100_000);
         for i in 0..10 {
             b.push(format!("m{i:03}").as_bytes(), b"1.5").expect("fits");
         }

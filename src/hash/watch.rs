@@ -33,6 +33,8 @@ pub struct Watch {
 pub struct Watches {
     /// Keys written while a SNAPSHOT.UNLINK runs (fed by the same events).
     pub touched: super::touched::Trackers,
+    /// What the copies hold, against the memory limit.
+    pub budget: super::Budget,
     map: DashMap<(usize, Box<[u8]>), Watch>,
     count: AtomicUsize,
     epoch: AtomicU64,
@@ -229,7 +231,7 @@ mod tests {
     use super::*;
 
     fn copy() -> Arc<CollCopy> {
-        let mut b = Builder::new(Kind::Hash, usize::MAX / 2);
+        let mut b = Builder::new(Kind::Hash, super::super::tests::budget(), usize::MAX / 2);
         b.push(b"f", b"v").expect("ok");
         Arc::new(b.finish())
     }
@@ -240,7 +242,6 @@ mod tests {
 
     #[test]
     fn a_guard_dropped_unpublished_ends_the_copy_even_in_a_panic() {
-        let _g = super::super::tests::serial();
         let w = leaked();
         let g = w.begin(0, b"h");
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
@@ -259,7 +260,6 @@ mod tests {
 
     #[test]
     fn unchanged_copy_is_reused_and_any_event_invalidates_it() {
-        let _g = super::super::tests::serial();
         let w = leaked();
         let c = copy();
         w.begin(0, b"h").publish(&c);
@@ -271,7 +271,6 @@ mod tests {
 
     #[test]
     fn a_copy_changed_while_in_flight_is_not_published() {
-        let _g = super::super::tests::serial();
         let w = leaked();
         let g = w.begin(0, b"h");
         w.bump(0, b"h");
@@ -283,7 +282,6 @@ mod tests {
 
     #[test]
     fn flush_epoch_invalidates_and_dead_copies_are_pruned() {
-        let _g = super::super::tests::serial();
         let w = leaked();
         let c = copy();
         w.begin(0, b"h").publish(&c);
