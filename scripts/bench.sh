@@ -11,7 +11,7 @@
 #   --server NAME    a server of scripts/servers.sh (default valkey-9.1)
 #   --only LIST      comma-separated scenarios, by name or number:
 #                    1 interference, 2 percall, 3 invalidation, 4 hscan,
-#                    5 memory, 6 writes, 7 scale, 8 large, 9 pinned
+#                    5 memory, 6 writes, 7 scale, 8 large, 9 pinned, 10 unlink
 #
 # Prints progress, medians, ratios and every target with PASS/MISS; appends rows
 # to bench/results.csv; writes bench/REPORT.md with PNG charts in bench/.

@@ -34,8 +34,12 @@ pub static BACKFILL_BATCH: AtomicI64 = AtomicI64::new(1000);
 /// `snapshot.hash-copy-batch`: hash fields copied per slice (one per turn
 /// of the event loop) when SNAPSHOT.HSCAN snapshots a large hash.
 pub static HASH_COPY_BATCH: AtomicI64 = AtomicI64::new(1000);
-/// `snapshot.hash-memory-limit`: bytes all hash snapshots may hold.
+/// `snapshot.collection-memory-limit` (alias `snapshot.hash-memory-limit`):
+/// capacity all SNAPSHOT.HSCAN/SSCAN/ZSCAN copies may reserve together.
 pub static HASH_MEMORY_LIMIT: AtomicI64 = AtomicI64::new(256 << 20);
+
+/// `snapshot.unlink-batch`: keys SNAPSHOT.UNLINK deletes per slice at most.
+pub use crate::commands::unlink::UNLINK_BATCH;
 
 /// `snapshot.max-retained-bytes`: bytes of index nodes that old versions
 /// (kept by open SNAPSHOT.SCAN iterations) may hold; 0 = unbounded.
@@ -125,12 +129,21 @@ pub static CONFIGS: &[Spec] = &[
     int("backfill-batch", &BACKFILL_BATCH, 1000, 1, 1_000_000),
     int("hash-copy-batch", &HASH_COPY_BATCH, 1000, 1, 1_000_000),
     memory(
+        "collection-memory-limit",
+        &HASH_MEMORY_LIMIT,
+        256 << 20,
+        1024,
+        i64::MAX,
+    ),
+    // The name before SNAPSHOT.SSCAN/ZSCAN: an alias (same value).
+    memory(
         "hash-memory-limit",
         &HASH_MEMORY_LIMIT,
         256 << 20,
         1024,
         i64::MAX,
     ),
+    int("unlink-batch", &UNLINK_BATCH, 10_000, 1, 1_000_000),
     memory(
         "max-retained-bytes",
         &MAX_RETAINED_BYTES,

@@ -190,7 +190,7 @@ extern "C" fn on_keyspace_event(
         if matches!(event_bytes(event), b"move_from" | b"move_to" | b"copy_to") {
             // Fired from the caller's database on some servers: any copy of
             // a hash with this name may be stale.
-            m.watches.bump_all();
+            m.watches.bump_moved(name);
         } else {
             m.watches.bump(db, name);
         }

@@ -3,7 +3,7 @@
 use crate::config;
 use crate::cursor::{Group, Registry};
 use crate::hash::watch::Watches;
-use crate::hash::HashCopy;
+use crate::hash::CollCopy;
 use crate::index::live::OpenRequest;
 use crate::index::{Key, KeyMap, Live, Op, Snapshot, TypeNames};
 use crate::pool::{Fault, Pool, Reaper};
@@ -37,9 +37,10 @@ impl Grouped for HashCursor {
     }
 }
 
-/// A SNAPSHOT.HSCAN iteration in progress: the hash copy and a position.
+/// A SNAPSHOT.HSCAN/SSCAN/ZSCAN iteration in progress: the collection
+/// copy and a position.
 pub struct HashCursor {
-    pub copy: Arc<HashCopy>,
+    pub copy: Arc<CollCopy>,
     pub key: Box<[u8]>,
     pub pos: usize,
 }

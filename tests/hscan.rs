@@ -30,7 +30,8 @@ const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
 const COUNT_RANGE: &str = "ERR syntax error, COUNT must be >= 1";
 const ARITY: &str = "ERR wrong number of arguments for 'snapshot.hscan' command";
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
-const LIMIT_HEAD: &str = "ERR snapscan: hash snapshots would exceed snapshot.hash-memory-limit (";
+const LIMIT_HEAD: &str =
+    "ERR snapscan: collection snapshots would exceed snapshot.collection-memory-limit (";
 const LIMIT_TAIL: &str = "bytes held); retry later or raise the limit";
 
 // ---------------------------------------------------------------- helpers
@@ -1404,16 +1405,21 @@ fn memory_limit_refuses_new_copies_and_recovers() {
     for k in 0..5 {
         populate(&mut con, &format!("m{k}"), N, value);
     }
-    // Memory-type config: units accepted, minimum 1024.
+    // Memory-type config: units accepted, minimum 1024; the old name is
+    // an alias of the new one (one value).
     config_set(&mut con, "snapshot.hash-memory-limit", "1mb");
+    for name in [
+        "snapshot.hash-memory-limit",
+        "snapshot.collection-memory-limit",
+    ] {
+        let got: Vec<String> = query(&mut con, &["CONFIG", "GET", name]).unwrap();
+        assert_eq!(got[1], "1048576", "{name}");
+        assert!(query::<()>(&mut con, &["CONFIG", "SET", name, "1000"]).is_err());
+    }
+    config_set(&mut con, "snapshot.collection-memory-limit", "2mb");
     let got: Vec<String> =
         query(&mut con, &["CONFIG", "GET", "snapshot.hash-memory-limit"]).unwrap();
-    assert_eq!(got[1], "1048576");
-    assert!(query::<()>(
-        &mut con,
-        &["CONFIG", "SET", "snapshot.hash-memory-limit", "1000"]
-    )
-    .is_err());
+    assert_eq!(got[1], "2097152");
 
     let o = Opts::count(10);
     let (c0, p0) = hscan(&mut con, "m0", "0", &o);

@@ -58,6 +58,7 @@ pub struct ScanOptions<'a> {
     pub count: Option<usize>,
     pub type_name: Option<&'a [u8]>,
     pub novalues: bool,
+    pub noscores: bool,
 }
 
 /// Which options a command accepts.
@@ -65,9 +66,10 @@ pub struct ScanOptions<'a> {
 pub struct Allowed {
     pub type_filter: bool,
     pub novalues: bool,
+    pub noscores: bool,
 }
 
-/// Parses `[MATCH p] [COUNT n] [TYPE t] [NOVALUES]` in any order, options
+/// Parses `[MATCH p] [COUNT n] [TYPE t] [NOVALUES] [NOSCORES]` in any order, options
 /// case-insensitive; a later repetition overrides an earlier one, as in SCAN.
 pub fn parse_options<'a>(rest: &[&'a [u8]], allowed: Allowed) -> Result<ScanOptions<'a>, CmdError> {
     let mut o = ScanOptions::default();
@@ -86,6 +88,8 @@ pub fn parse_options<'a>(rest: &[&'a [u8]], allowed: Allowed) -> Result<ScanOpti
             o.type_name = Some(it.next().ok_or_else(|| CmdError::msg(SYNTAX))?);
         } else if allowed.novalues && opt.eq_ignore_ascii_case(b"NOVALUES") {
             o.novalues = true;
+        } else if allowed.noscores && opt.eq_ignore_ascii_case(b"NOSCORES") {
+            o.noscores = true;
         } else {
             return Err(CmdError::msg(SYNTAX));
         }
@@ -101,6 +105,7 @@ mod tests {
     const SCAN: Allowed = Allowed {
         type_filter: true,
         novalues: false,
+        noscores: false,
     };
 
     #[rstest]
@@ -139,6 +144,7 @@ mod tests {
     #[case(&[b"COUNT" as &[u8]], SYNTAX)]
     #[case(&[b"BOGUS" as &[u8], b"1"], SYNTAX)]
     #[case(&[b"NOVALUES" as &[u8]], SYNTAX)]
+    #[case(&[b"NOSCORES" as &[u8]], SYNTAX)]
     #[case(&[b"TYPE" as &[u8]], SYNTAX)]
     fn option_errors(#[case] rest: &[&[u8]], #[case] want: &str) {
         assert_eq!(parse_options(rest, SCAN), Err(CmdError::msg(want)));
@@ -156,6 +162,7 @@ mod tests {
         let hs = Allowed {
             type_filter: false,
             novalues: true,
+            noscores: false,
         };
         assert!(
             parse_options(&[b"novalues" as &[u8]], hs)
@@ -163,5 +170,17 @@ mod tests {
                 .novalues
         );
         assert!(parse_options(&[b"TYPE" as &[u8], b"hash"], hs).is_err());
+        assert!(parse_options(&[b"NOSCORES" as &[u8]], hs).is_err());
+        let zs = Allowed {
+            type_filter: false,
+            novalues: false,
+            noscores: true,
+        };
+        assert!(
+            parse_options(&[b"noScores" as &[u8]], zs)
+                .expect("ok")
+                .noscores
+        );
+        assert!(parse_options(&[b"NOVALUES" as &[u8]], zs).is_err());
     }
 }

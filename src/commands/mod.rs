@@ -4,12 +4,16 @@
 //! reply. No panic crosses into the server: it becomes an error reply.
 
 pub mod args;
+pub mod collection;
 pub mod docs;
 pub mod hscan;
 pub mod scan;
+pub mod sscan;
 pub mod testhook;
+pub mod unlink;
+pub mod zscan;
 
-use crate::ffi::{self, api, reply::Reply, Ctx};
+use crate::ffi::{self, reply::Reply, Ctx};
 use args::CmdError;
 use redis_module::raw;
 use std::ffi::CString;
@@ -23,13 +27,7 @@ fn dispatch(
     argc: c_int,
     handler: Handler,
 ) -> c_int {
-    let args: Vec<&[u8]> = (0..argc.max(0) as usize)
-        .map(|i| {
-            // SAFETY: the server passes `argc` valid string pointers in argv,
-            // alive for the duration of this command call.
-            ffi::string_bytes(unsafe { *argv.add(i) })
-        })
-        .collect();
+    let args = ffi::command::args(argv, argc);
     ffi::blocked::take_blocked_flag();
     let started = std::time::Instant::now();
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(ctx, &args)));
@@ -66,6 +64,30 @@ extern "C" fn snapshot_hscan(
     dispatch(ctx, argv, argc, hscan::run)
 }
 
+extern "C" fn snapshot_sscan(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    dispatch(ctx, argv, argc, sscan::run)
+}
+
+extern "C" fn snapshot_zscan(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    dispatch(ctx, argv, argc, zscan::run)
+}
+
+extern "C" fn snapshot_unlink(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    dispatch(ctx, argv, argc, unlink::run)
+}
+
 extern "C" fn snapshot_testhook(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
@@ -97,6 +119,28 @@ const COMMANDS: &[Spec] = &[
         keys: (1, 1, 1),
         acl: "read hash slow",
     },
+    Spec {
+        name: "snapshot.sscan",
+        func: Some(snapshot_sscan),
+        flags: "readonly",
+        keys: (1, 1, 1),
+        acl: "read set slow",
+    },
+    Spec {
+        name: "snapshot.zscan",
+        func: Some(snapshot_zscan),
+        flags: "readonly",
+        keys: (1, 1, 1),
+        acl: "read sortedset slow",
+    },
+    Spec {
+        name: "snapshot.unlink",
+        func: Some(snapshot_unlink),
+        // No "denyoom": deleting is how memory is freed.
+        flags: "write",
+        keys: (0, 0, 0),
+        acl: "keyspace write slow",
+    },
 ];
 
 /// Test-only fault injection (see `testhook`).
@@ -111,43 +155,18 @@ const TESTHOOK: Spec = Spec {
 /// Registers every command. ACL categories are set where the server
 /// supports them (Redis 7.2+/Valkey); on Redis 7.0 commands get none.
 pub fn register(ctx: Ctx) -> Result<(), String> {
-    let create = api!(RedisModule_CreateCommand).ok_or("no CreateCommand")?;
     let hooks = testhook::enabled().then_some(&TESTHOOK);
     for c in COMMANDS.iter().chain(hooks) {
         let name = CString::new(c.name).map_err(|e| e.to_string())?;
         let flags = CString::new(c.flags).map_err(|e| e.to_string())?;
-        // SAFETY: OnLoad context, valid C strings, a valid extern callback.
-        let rc = unsafe {
-            create(
+        ffi::command::create(ctx, &name, c.func, &flags, c.keys)?;
+        let acl = CString::new(c.acl).map_err(|e| e.to_string())?;
+        if ffi::command::set_acl_categories(ctx, &name, &acl) == Some(false) {
+            ffi::log(
                 ctx,
-                name.as_ptr(),
-                c.func,
-                flags.as_ptr(),
-                c.keys.0,
-                c.keys.1,
-                c.keys.2,
-            )
-        };
-        if rc != raw::REDISMODULE_OK as c_int {
-            return Err(format!("cannot create command {}", c.name));
-        }
-        if let (Some(get), Some(set_acl)) = (
-            api!(RedisModule_GetCommand),
-            api!(RedisModule_SetCommandACLCategories),
-        ) {
-            let acl = CString::new(c.acl).map_err(|e| e.to_string())?;
-            // SAFETY: the command was just created under this name.
-            let cmd = unsafe { get(ctx, name.as_ptr()) };
-            // SAFETY: cmd is the live command handle; acl a valid C string.
-            if !cmd.is_null()
-                && unsafe { set_acl(cmd, acl.as_ptr()) } != raw::REDISMODULE_OK as c_int
-            {
-                ffi::log(
-                    ctx,
-                    "warning",
-                    &format!("snapscan: cannot set ACL categories of {}", c.name),
-                );
-            }
+                "warning",
+                &format!("snapscan: cannot set ACL categories of {}", c.name),
+            );
         }
     }
     set_docs(ctx);

@@ -66,20 +66,13 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
         Allowed {
             type_filter: true,
             novalues: false,
+            noscores: false,
         },
     )?;
     let m = state::try_get().ok_or_else(|| CmdError::msg("ERR snapscan is not initialised"))?;
     state::ensure_threads(m);
     crate::events::settle();
-    let p = backfill::progress();
-    if p.running {
-        return Err(CmdError::msg(format!(
-            "LOADING snapscan is building its index: {}% ({} of {} keys); retry shortly",
-            backfill::percent(&p),
-            p.scanned.min(p.total),
-            p.total
-        )));
-    }
+    index_ready()?;
     let type_filter = match opts.type_name {
         None => None,
         Some(t) => Some(m.type_names().lookup(t).ok_or_else(|| {
@@ -155,6 +148,20 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
             let (next, keys) = serve_inline(ctx, m, start, &spec)?;
             write_page(&Reply::new(ctx), next, &keys);
         }
+    }
+    Ok(())
+}
+
+/// The `LOADING` error while the index is being built after MODULE LOAD.
+pub(super) fn index_ready() -> Result<(), CmdError> {
+    let p = backfill::progress();
+    if p.running {
+        return Err(CmdError::msg(format!(
+            "LOADING snapscan is building its index: {}% ({} of {} keys); retry shortly",
+            backfill::percent(&p),
+            p.scanned.min(p.total),
+            p.total
+        )));
     }
     Ok(())
 }
@@ -266,7 +273,7 @@ fn page_of(
 /// Pending index operations a small cursor-0 page may apply on the main
 /// thread to cut its snapshot (under a write load, applying a few hundred
 /// took milliseconds there); with more pending, the page goes to a worker.
-const INLINE_APPLY_MAX: usize = 16;
+pub(super) const INLINE_APPLY_MAX: usize = 16;
 
 /// The page on the main thread if it is small: COUNT and the entries it
 /// examines within `snapshot.inline-entries`, and the snapshot ready (at

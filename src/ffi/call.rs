@@ -63,7 +63,8 @@ pub fn bytes<'a>(r: *mut raw::RedisModuleCallReply) -> &'a [u8] {
 impl CallReply {
     /// Takes ownership of a reply; `None` for a failed call (NULL).
     pub fn new(r: *mut raw::RedisModuleCallReply) -> Option<Self> {
-        (!r.is_null()).then_some(CallReply(r))
+        // Not `then_some`: it would build, then drop (free), a NULL reply.
+        (!r.is_null()).then(|| CallReply(r))
     }
 
     /// The bytes of a string (bulk or status) reply; `None` for any other

@@ -4,15 +4,17 @@
 pub mod blocked;
 pub mod call;
 pub mod cmdinfo;
+pub mod collcopy;
+pub mod command;
 pub mod configs;
 pub mod cpu;
 pub mod expiry;
-pub mod hashcopy;
 pub mod keys;
 pub mod latency;
 pub mod mainloop;
 pub mod reply;
 pub mod thread_ctx;
+pub mod unlink;
 
 use redis_module::raw;
 use std::ffi::CString;
@@ -62,7 +64,8 @@ impl OwnedString {
         let create = api!(RedisModule_CreateString)?;
         // SAFETY: creates a string owned by us from valid bytes.
         let s = unsafe { create(ctx, bytes.as_ptr().cast(), bytes.len()) };
-        (!s.is_null()).then_some(OwnedString { ctx, s })
+        // Not `then_some`: it would build, then drop (free), a NULL string.
+        (!s.is_null()).then(|| OwnedString { ctx, s })
     }
 
     pub fn ptr(&self) -> *mut raw::RedisModuleString {

@@ -18,7 +18,8 @@ impl Detached {
         let get = api!(RedisModule_GetThreadSafeContext)?;
         // SAFETY: a NULL blocked client asks for a detached context.
         let c = unsafe { get(std::ptr::null_mut()) };
-        (!c.is_null()).then_some(Detached(c))
+        // Not `then_some`: it would build, then drop (free), a NULL context.
+        (!c.is_null()).then(|| Detached(c))
     }
 
     /// The context itself, for code on the main thread.

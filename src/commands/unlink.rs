@@ -1,0 +1,350 @@
+//! SNAPSHOT.UNLINK pattern [TYPE type] [DRYRUN]
+
+use super::args::{CmdError, SYNTAX};
+use crate::ffi::reply::Reply;
+use crate::ffi::unlink::{self as server, User};
+use crate::ffi::{self, blocked::BlockedReply, keys, mainloop, Ctx, OwnedString};
+use crate::glob::Pattern;
+use crate::hash::touched::Tracking;
+use crate::index::live::OpenRequest;
+use crate::index::walk::{walk, ScanSpec};
+use crate::index::{Key, Snapshot};
+use crate::state::{self, Module};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Receiver, TryRecvError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Main-thread time one slice spends at most (checked between batches).
+const SLICE_TIME: Duration = Duration::from_micros(600);
+/// `snapshot.unlink-batch`: keys one slice handles at most (the slice also
+/// ends after about [`SLICE_TIME`]).
+pub static UNLINK_BATCH: AtomicI64 = AtomicI64::new(10_000);
+/// Keys per `UNLINK` call (and between two clock checks).
+const BATCH: usize = 64;
+/// Keys the worker hands over at a time.
+const PAGE: usize = 4096;
+
+const IN_TRANSACTION: &str =
+    "ERR SNAPSHOT.UNLINK cannot run inside MULTI, scripts or functions (it deletes in slices between other clients' commands)";
+
+/// Keys found by the worker, waiting for the main thread: pages sent over
+/// a channel, so the main thread never waits for a lock a worker (running
+/// at low priority) might hold. The worker dropping its sender, however its
+/// job ends (a panic included), means the search is over.
+struct Found {
+    /// `None`: every key is in `buf` already.
+    rx: Option<Receiver<Vec<Key>>>,
+    buf: VecDeque<Key>,
+    over: bool,
+}
+
+impl Found {
+    /// Up to `n` keys (none: the search is over); `None` when there are
+    /// none now but more may come.
+    fn take(&mut self, n: usize) -> Option<Vec<Key>> {
+        while self.buf.len() < n && !self.over {
+            let Some(rx) = &self.rx else {
+                self.over = true;
+                break;
+            };
+            match rx.try_recv() {
+                Ok(page) => self.buf.extend(page),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => self.over = true,
+            }
+        }
+        if self.buf.is_empty() && !self.over {
+            return None;
+        }
+        let n = n.min(self.buf.len());
+        Some(self.buf.drain(..n).collect())
+    }
+}
+
+/// `SNAPSHOT.UNLINK pattern [TYPE type] [DRYRUN]`
+///
+/// Snapshots the selected database at the call; a worker lists the keys of
+/// the snapshot matching the pattern (and type); the main thread unlinks
+/// them through the server's own UNLINK in slices of at most
+/// `snapshot.unlink-batch` keys or about [`SLICE_TIME`], one per turn of the event
+/// loop, skipping keys the caller may not write and keys written since the
+/// call. The caller waits for the count.
+pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
+    if args.len() < 2 {
+        return Err(CmdError::WrongArity);
+    }
+    let pattern = Pattern::new(args[1]);
+    let (mut type_name, mut dryrun) = (None, false);
+    let mut it = args[2..].iter().copied();
+    while let Some(opt) = it.next() {
+        if opt.eq_ignore_ascii_case(b"TYPE") {
+            type_name = Some(it.next().ok_or_else(|| CmdError::msg(SYNTAX))?);
+        } else if opt.eq_ignore_ascii_case(b"DRYRUN") {
+            dryrun = true;
+        } else {
+            return Err(CmdError::msg(SYNTAX));
+        }
+    }
+    let m = state::try_get().ok_or_else(|| CmdError::msg("ERR snapscan is not initialised"))?;
+    if ffi::blocking_denied(ctx) {
+        return Err(CmdError::msg(IN_TRANSACTION));
+    }
+    crate::events::settle();
+    super::scan::index_ready()?;
+    let type_filter = match type_name {
+        None => None,
+        Some(t) => Some(m.type_names().lookup(t).ok_or_else(|| {
+            CmdError::msg(format!(
+                "ERR unknown type name '{}'",
+                String::from_utf8_lossy(t)
+            ))
+        })?),
+    };
+    if !server::acl_checks_available() {
+        return Err(CmdError::msg(
+            "ERR snapscan: this server cannot check key permissions for a module; SNAPSHOT.UNLINK is unavailable",
+        ));
+    }
+    let user = server::current_user_name(ctx)
+        .ok_or_else(|| CmdError::msg("ERR snapscan: cannot tell the calling user"))?;
+    let db = ffi::selected_db(ctx);
+    // The instant: the snapshot and the record of later writes start here.
+    let req = m.open(db, ffi::command_time_ms());
+    let tracking = m.watches.touched.track(db, pattern.clone());
+    Module::bump(&m.watches.touched.stats.calls, 1);
+    let spec = ScanSpec {
+        pattern: Some(pattern),
+        type_filter,
+        count: PAGE,
+        budget: usize::MAX,
+    };
+    let mut task = Task {
+        m,
+        db,
+        user,
+        dryrun,
+        tracking,
+        found: Found {
+            rx: None,
+            buf: VecDeque::new(),
+            over: false,
+        },
+        reply: None,
+        outcome: None,
+        count: 0,
+    };
+    // A small match (the snapshot ready, the pattern's range within
+    // `snapshot.inline-entries` entries) is found right here, and deleted
+    // here if one slice suffices: no hand-off, no wait.
+    let snap = match small_match(m, &req, &spec) {
+        Err(snap) => snap,
+        Ok(keys) => {
+            task.found.buf.extend(keys);
+            task.found.over = true;
+            task.slice(ctx);
+            match task.outcome.take() {
+                Some(Ok(n)) => {
+                    Reply::new(ctx).long(n as i64);
+                    return Ok(());
+                }
+                Some(Err(e)) => return Err(CmdError::msg(e)),
+                None => None, // more than one slice: go on below
+            }
+        }
+    };
+    task.reply = Some(
+        BlockedReply::block(ctx)
+            .ok_or_else(|| CmdError::msg("ERR snapscan: cannot block the client"))?,
+    );
+    if !task.found.over {
+        let (tx, rx) = channel();
+        task.found.rx = Some(rx);
+        m.on_worker(Box::new(move || {
+            let snap = snap.unwrap_or_else(|| m.snapshot(&req));
+            let mut after: Option<Key> = None;
+            loop {
+                let page = walk(&snap.map, snap.at_ms, after.as_ref(), &spec);
+                // A send fails only once the main thread gave up: stop then.
+                let sent = page.keys.is_empty() || tx.send(page.keys).is_ok();
+                match page.resume_after {
+                    Some(k) if sent => after = Some(k),
+                    _ => break,
+                }
+            }
+            m.reaper.dispose(snap);
+        }));
+    }
+    mainloop::run_in_steps(ctx, Box::new(move |tctx| task.step(tctx)));
+    Ok(())
+}
+
+/// Every matching key, if the snapshot is ready without waiting and the
+/// walk ends within `snapshot.inline-entries` entries. Otherwise the
+/// snapshot if it was had (the worker starts from it), else `None`.
+fn small_match(
+    m: &'static Module,
+    req: &OpenRequest,
+    spec: &ScanSpec,
+) -> Result<Vec<Key>, Option<Arc<Snapshot>>> {
+    let limit = crate::config::get(&crate::config::INLINE_ENTRIES);
+    if limit == 0 {
+        return Err(None);
+    }
+    let snap = m
+        .try_snapshot(req, super::scan::INLINE_APPLY_MAX)
+        .ok_or(None)?;
+    let small = ScanSpec {
+        count: limit,
+        budget: limit,
+        ..spec.clone()
+    };
+    let page = walk(&snap.map, snap.at_ms, None, &small);
+    if page.resume_after.is_some() {
+        return Err(Some(snap));
+    }
+    m.reaper.dispose(snap);
+    Ok(page.keys)
+}
+
+/// The main-thread half of one call.
+struct Task {
+    m: &'static Module,
+    db: usize,
+    user: Vec<u8>,
+    dryrun: bool,
+    tracking: Tracking,
+    found: Found,
+    /// The waiting client, until answered (dropped unanswered: an error).
+    reply: Option<BlockedReply>,
+    /// The result, once over, when no client waits (answered inline).
+    outcome: Option<Result<u64, String>>,
+    count: u64,
+}
+
+impl Task {
+    fn step(&mut self, ctx: Ctx) -> mainloop::Next {
+        let (started, cpu) = (Instant::now(), server::thread_cpu_us());
+        let switches = server::thread_voluntary_switches();
+        let next = self.slice(ctx);
+        crate::ffi::latency::report(crate::ffi::latency::Event::Unlink, started);
+        let us = started.elapsed().as_micros() as u64;
+        let stats = &self.m.watches.touched.stats;
+        stats.longest_slice_us.fetch_max(us, Ordering::Relaxed);
+        let cpu_us = server::thread_cpu_us().saturating_sub(cpu);
+        stats
+            .longest_slice_cpu_us
+            .fetch_max(cpu_us, Ordering::Relaxed);
+        Module::bump(&stats.slices, 1);
+        if server::thread_voluntary_switches() != switches {
+            Module::bump(&stats.slices_blocked, 1);
+        }
+        next
+    }
+
+    fn slice(&mut self, ctx: Ctx) -> mainloop::Next {
+        let stats = &self.m.watches.touched.stats;
+        if self.tracking.ended() {
+            // FLUSHDB/FLUSHALL/SWAPDB/a load: the snapshot's keys are gone
+            // or elsewhere; stop with what was done.
+            Module::bump(&stats.stopped, 1);
+            return self.answer(Ok(()));
+        }
+        if !self.dryrun && server::read_only_replica(ctx) {
+            Module::bump(&stats.stopped, 1);
+            return self.answer(Err(format!(
+                "READONLY You can't write against a read only replica. ({} keys unlinked before this server became one)",
+                self.count
+            )));
+        }
+        ffi::select_db(ctx, self.db);
+        // Looked up again every slice: the user may be changed or deleted
+        // meanwhile (then nothing more is deleted).
+        let user = User::by_name(ctx, &self.user);
+        let (started, mut handled) = (Instant::now(), 0usize);
+        let slice_keys = crate::config::get(&UNLINK_BATCH).max(1);
+        while handled < slice_keys && started.elapsed() < SLICE_TIME {
+            let Some(batch) = self.found.take(BATCH.min(slice_keys - handled)) else {
+                // The worker is still searching: look again in 1 ms (or on
+                // the next turn if this slice did something).
+                return if handled == 0 {
+                    mainloop::Next::After(1)
+                } else {
+                    mainloop::Next::Again
+                };
+            };
+            if batch.is_empty() {
+                return self.answer(Ok(()));
+            }
+            handled += batch.len();
+            let mut names = Vec::with_capacity(batch.len());
+            for k in &batch {
+                if self.tracking.written(k.as_bytes()) {
+                    Module::bump(&stats.keys_written, 1);
+                    continue;
+                }
+                let Some(name) = OwnedString::new(ctx, k.as_bytes()) else {
+                    continue;
+                };
+                if !user.as_ref().is_some_and(|u| u.may_unlink(&name)) {
+                    Module::bump(&stats.keys_denied, 1);
+                    continue;
+                }
+                if !self.dryrun {
+                    names.push(name);
+                } else if keys::probe(ctx, name.ptr()).is_some() {
+                    self.count += 1;
+                }
+            }
+            if names.is_empty() {
+                continue;
+            }
+            let deleting = self.tracking.deleting();
+            let r = server::unlink(ctx, &names);
+            drop(deleting);
+            match r {
+                Ok(n) => {
+                    self.count += n;
+                    Module::bump(&stats.keys_unlinked, n);
+                }
+                Err(e) => {
+                    return self.answer(Err(format!(
+                        "ERR snapscan: UNLINK failed after {} keys: {e}",
+                        self.count
+                    )))
+                }
+            }
+        }
+        mainloop::Next::Again
+    }
+
+    fn answer(&mut self, outcome: Result<(), String>) -> mainloop::Next {
+        let outcome = outcome.map(|()| self.count);
+        match self.reply.take() {
+            Some(bc) => bc.reply(|r| match &outcome {
+                Ok(n) => r.long(*n as i64),
+                Err(e) => r.error(e),
+            }),
+            None => self.outcome = Some(outcome),
+        }
+        mainloop::Next::Done
+    }
+}
+
+/// SNAPSHOT.UNLINK figures for INFO.
+pub fn info_figures(m: &Module) -> [(&'static str, u64); 9] {
+    let s = &m.watches.touched.stats;
+    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    [
+        ("unlink_calls", get(&s.calls)),
+        ("unlink_keys_unlinked", get(&s.keys_unlinked)),
+        ("unlink_keys_denied", get(&s.keys_denied)),
+        ("unlink_keys_written_since", get(&s.keys_written)),
+        ("unlink_stopped_early", get(&s.stopped)),
+        ("unlink_longest_slice_us", get(&s.longest_slice_us)),
+        ("unlink_longest_slice_cpu_us", get(&s.longest_slice_cpu_us)),
+        ("unlink_slices", get(&s.slices)),
+        ("unlink_slices_blocked", get(&s.slices_blocked)),
+    ]
+}

@@ -1,0 +1,197 @@
+//! Helpers shared by the SNAPSHOT.SSCAN and SNAPSHOT.ZSCAN tests: iterate a
+//! snapshot command or its native counterpart, check page shapes and the
+//! documented order (byte order of the member, each once).
+#![allow(dead_code)]
+
+use crate::common::*;
+use redis::{Connection, RedisResult, Value};
+use std::collections::BTreeMap;
+
+pub type Bytes = Vec<u8>;
+/// Member -> score bytes (empty for sets or NOSCORES).
+pub type Elems = BTreeMap<Bytes, Bytes>;
+
+/// Upper bound on the calls of any one iteration.
+pub const MAX_CALLS: usize = 100_000;
+
+pub fn try_page(
+    con: &mut Connection,
+    cmd: &str,
+    key: &str,
+    cursor: &str,
+    opts: &[&str],
+) -> RedisResult<(String, Vec<Bytes>)> {
+    redis::cmd(cmd).arg(key).arg(cursor).arg(opts).query(con)
+}
+
+pub fn page(
+    con: &mut Connection,
+    cmd: &str,
+    key: &str,
+    cursor: &str,
+    opts: &[&str],
+) -> (String, Vec<Bytes>) {
+    try_page(con, cmd, key, cursor, opts)
+        .unwrap_or_else(|e| panic!("{cmd} {key} {cursor} {opts:?}: {}", err_text(&e)))
+}
+
+/// COUNT of `opts` (10 when absent).
+pub fn count_of(opts: &[&str]) -> usize {
+    opts.iter()
+        .position(|o| o.eq_ignore_ascii_case("COUNT"))
+        .map_or(10, |i| opts[i + 1].parse().expect("COUNT"))
+}
+
+/// Iterates `cmd key` from `cursor` to the end, checking that no page
+/// carries more than COUNT elements (`width` strings each) and calling
+/// `between(page_no)` between pages. Returns the flat elements.
+pub fn finish_from(
+    con: &mut Connection,
+    cmd: &str,
+    key: &str,
+    cursor: &str,
+    opts: &[&str],
+    width: usize,
+    mut between: impl FnMut(usize),
+) -> Vec<Bytes> {
+    let (mut cursor, mut out, mut pages) = (cursor.to_string(), Vec::new(), 0);
+    for _ in 0..MAX_CALLS {
+        let (next, p) = page(con, cmd, key, &cursor, opts);
+        assert_eq!(p.len() % width, 0, "ragged page");
+        assert!(
+            p.len() / width <= count_of(opts),
+            "{cmd}: a page carries {} elements, COUNT is {}",
+            p.len() / width,
+            count_of(opts)
+        );
+        out.extend(p);
+        pages += 1;
+        if next == "0" {
+            return out;
+        }
+        between(pages);
+        cursor = next;
+    }
+    panic!("{cmd} did not finish within {MAX_CALLS} calls");
+}
+
+/// Flat elements into a map, asserting strictly increasing member order.
+pub fn to_elems(flat: &[Bytes], width: usize) -> Elems {
+    let pairs: Vec<(Bytes, Bytes)> = flat
+        .chunks(width)
+        .map(|c| (c[0].clone(), c.get(1).cloned().unwrap_or_default()))
+        .collect();
+    if let Some(w) = pairs.windows(2).find(|w| w[0].0 >= w[1].0) {
+        panic!(
+            "members not in strictly increasing byte order: {} then {}",
+            show(&w[0].0),
+            show(&w[1].0)
+        );
+    }
+    pairs.into_iter().collect()
+}
+
+/// The native command's full iteration (`SSCAN`/`ZSCAN`) as a map (native
+/// order is arbitrary and may repeat: no order check).
+pub fn native(con: &mut Connection, cmd: &str, key: &str, extra: &[&str], width: usize) -> Elems {
+    full_hscan(con, cmd, key, extra)
+        .chunks(width)
+        .map(|c| (c[0].clone(), c.get(1).cloned().unwrap_or_default()))
+        .collect()
+}
+
+pub fn encoding(con: &mut Connection, key: &str) -> String {
+    cmd_str(con, &["OBJECT", "ENCODING", key])
+}
+
+pub fn assert_same(got: &Elems, want: &Elems, what: &str) {
+    if got == want {
+        return;
+    }
+    let missing: Vec<String> = want
+        .iter()
+        .filter(|(k, v)| got.get(*k) != Some(*v))
+        .take(5)
+        .map(|(k, v)| format!("{}={}", show(k), show(v)))
+        .collect();
+    let extra: Vec<String> = got
+        .iter()
+        .filter(|(k, v)| want.get(*k) != Some(*v))
+        .take(5)
+        .map(|(k, v)| format!("{}={}", show(k), show(v)))
+        .collect();
+    panic!(
+        "{what}: {} elements, want {}; missing/different {missing:?}; extra/different {extra:?}",
+        got.len(),
+        want.len()
+    );
+}
+
+/// Asserts COMMAND GETKEYS, key-spec flags, arity and ACL categories.
+pub fn check_key_specs(con: &mut Connection, server: &Server, cmd: &str, cats: &[&str]) {
+    assert_eq!(
+        cmd_strs(con, &["COMMAND", "GETKEYS", cmd, "k", "0", "COUNT", "5"]),
+        vec!["k"]
+    );
+    let v: Value = query(con, &["COMMAND", "GETKEYSANDFLAGS", cmd, "k", "0"]).unwrap();
+    let text = format!("{v:?}");
+    assert!(
+        text.contains("RO") && text.contains("access") && !text.contains("RW"),
+        "{text}"
+    );
+    let info: Vec<Value> = query(con, &["COMMAND", "INFO", cmd]).unwrap();
+    let Some(Value::Array(entry)) = info.first() else {
+        panic!("COMMAND INFO: {info:?}")
+    };
+    assert_eq!(entry[1], Value::Int(-3), "arity");
+    assert_eq!(
+        &entry[3..6],
+        &[Value::Int(1), Value::Int(1), Value::Int(1)],
+        "first/last/step"
+    );
+    if server.is_valkey() || server.version() >= (7, 2, 0) {
+        for cat in cats {
+            let cmds: Vec<String> = query(con, &["ACL", "CAT", cat]).unwrap();
+            assert!(
+                cmds.iter().any(|c| c.eq_ignore_ascii_case(cmd)),
+                "ACL CAT {cat} lacks {cmd}"
+            );
+        }
+    }
+}
+
+/// A Lua loop over a whole iteration (EVAL KEYS[1] ARGV[1]=COUNT).
+pub fn lua_loop(cmd: &str) -> String {
+    format!(
+        "local out, cursor, n = {{}}, '0', 0
+repeat
+  local r = redis.call('{cmd}', KEYS[1], cursor, 'COUNT', ARGV[1])
+  cursor = r[1]
+  for _, v in ipairs(r[2]) do out[#out + 1] = v end
+  n = n + 1
+until cursor == '0' or n > 100000
+return out"
+    )
+}
+
+/// The whole iteration in pages sent as MULTI/EXEC transactions.
+pub fn multi_loop(con: &mut Connection, cmd: &str, key: &str, count: usize) -> Vec<Bytes> {
+    let (mut cursor, mut out) = ("0".to_string(), Vec::new());
+    for _ in 0..MAX_CALLS {
+        let ((next, p),): ((String, Vec<Bytes>),) = redis::pipe()
+            .atomic()
+            .cmd(cmd)
+            .arg(key)
+            .arg(&cursor)
+            .arg("COUNT")
+            .arg(count)
+            .query(con)
+            .expect("MULTI/EXEC");
+        out.extend(p);
+        cursor = next;
+        if cursor == "0" {
+            return out;
+        }
+    }
+    panic!("MULTI loop did not finish");
+}

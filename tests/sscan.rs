@@ -1,0 +1,302 @@
+//! SNAPSHOT.SSCAN against a real server and its native SSCAN: every set
+//! encoding (intset, listpack, hashtable) with writes between pages, COUNT
+//! honoured for every encoding, MATCH, errors, MULTI / Lua / functions, key
+//! specs and ACL categories.
+//!
+//! Ground truth is the native `SSCAN` iteration taken right before cursor 0,
+//! with no write in between.
+mod coll;
+mod common;
+
+use coll::*;
+use common::*;
+use rstest::rstest;
+
+const CMD: &str = "SNAPSHOT.SSCAN";
+const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+#[derive(Debug, Clone, Copy)]
+enum Enc {
+    Intset,
+    BigIntset,
+    Listpack,
+    Hashtable,
+}
+
+/// Fills `key` with `n` members of the wanted encoding.
+fn populate(con: &mut redis::Connection, key: &str, enc: Enc) -> usize {
+    let (n, ints) = match enc {
+        Enc::Intset => (100, true),
+        Enc::BigIntset => (3_000, true),
+        Enc::Listpack => (100, false),
+        Enc::Hashtable => (3_000, false),
+    };
+    if matches!(enc, Enc::BigIntset) {
+        let _: () = query(con, &["CONFIG", "SET", "set-max-intset-entries", "5000"]).unwrap();
+    }
+    for chunk in (0..n).collect::<Vec<_>>().chunks(500) {
+        let mut c = redis::cmd("SADD");
+        c.arg(key);
+        for i in chunk {
+            if ints {
+                c.arg(*i as i64 * 7 - 300);
+            } else {
+                c.arg(format!("m{i:05}"));
+            }
+        }
+        let _: i64 = c.query(con).unwrap();
+    }
+    n
+}
+
+fn wanted_encoding(server: &Server, enc: Enc) -> &'static str {
+    match enc {
+        Enc::Intset | Enc::BigIntset => "intset",
+        // Small sets of strings are listpacks since Redis 7.2 / Valkey.
+        Enc::Listpack if server.is_valkey() || server.version() >= (7, 2, 0) => "listpack",
+        Enc::Listpack | Enc::Hashtable => "hashtable",
+    }
+}
+
+#[rstest]
+#[case::intset(Enc::Intset, 7)]
+#[case::big_intset(Enc::BigIntset, 100)]
+#[case::listpack(Enc::Listpack, 7)]
+#[case::hashtable(Enc::Hashtable, 7)]
+#[case::hashtable_big_pages(Enc::Hashtable, 1000)]
+fn point_in_time_with_writes_between_pages(#[case] enc: Enc, #[case] count: usize) {
+    let server = Server::start();
+    let mut con = server.client();
+    let n = populate(&mut con, "s", enc);
+    assert_eq!(encoding(&mut con, "s"), wanted_encoding(&server, enc));
+    let truth = native(&mut con, "SSCAN", "s", &["COUNT", "100"], 1);
+    assert_eq!(truth.len(), n);
+    let count_s = count.to_string();
+    let opts = ["COUNT", count_s.as_str()];
+    let mut w = server.client();
+    let mut i = 0usize;
+    let flat = finish_from(&mut con, CMD, "s", "0", &opts, 1, |_| {
+        // Adds (a string member turns an intset into a hashtable), removes.
+        i += 1;
+        let _: i64 = query(
+            &mut w,
+            &[
+                "SADD",
+                "s",
+                &format!("new{i}"),
+                &(i * 1_000_003).to_string(),
+            ],
+        )
+        .unwrap();
+        let victim = truth.keys().nth(i % truth.len()).cloned().unwrap();
+        let _: i64 = redis::cmd("SREM")
+            .arg("s")
+            .arg(victim)
+            .query(&mut w)
+            .unwrap();
+    });
+    assert!(i > 0, "more than one page");
+    assert_same(&to_elems(&flat, 1), &truth, "the cursor-0 members");
+    // The set did change, and a new iteration sees it as it is now.
+    let now = native(&mut con, "SSCAN", "s", &["COUNT", "100"], 1);
+    assert_ne!(now, truth);
+    let again = finish_from(&mut con, CMD, "s", "0", &opts, 1, |_| {});
+    assert_same(&to_elems(&again, 1), &now, "a new snapshot");
+}
+
+#[test]
+fn count_bounds_pages_of_small_encodings_that_native_returns_whole() {
+    let server = Server::start();
+    let mut con = server.client();
+    populate(&mut con, "s", Enc::Intset);
+    let (next, p) = page(&mut con, "SSCAN", "s", "0", &["COUNT", "5"]);
+    assert_eq!(
+        (next.as_str(), p.len()),
+        ("0", 100),
+        "native SSCAN returns it whole"
+    );
+    let (next, p) = page(&mut con, CMD, "s", "0", &["COUNT", "5"]);
+    assert_ne!(next, "0");
+    assert_eq!(p.len(), 5);
+    // Default COUNT is 10; members in byte order ("-1" < "-300"? no: bytes).
+    let (_, p) = page(&mut con, CMD, "s", "0", &[]);
+    assert_eq!(p.len(), 10);
+    let mut sorted = p.clone();
+    sorted.sort();
+    assert_eq!(p, sorted);
+}
+
+#[rstest]
+#[case(b"m000*" as &[u8])]
+#[case(b"*9")]
+#[case(b"m0[0-1]?[^5]*")]
+#[case(b"nothing*")]
+fn match_is_the_servers_glob(#[case] pattern: &[u8]) {
+    let server = Server::start();
+    let mut con = server.client();
+    populate(&mut con, "s", Enc::Hashtable);
+    let p = std::str::from_utf8(pattern).unwrap();
+    let want = native(&mut con, "SSCAN", "s", &["MATCH", p, "COUNT", "1000"], 1);
+    let got = finish_from(
+        &mut con,
+        CMD,
+        "s",
+        "0",
+        &["match", p, "count", "50"],
+        1,
+        |_| {},
+    );
+    assert_same(&to_elems(&got, 1), &want, p);
+}
+
+#[test]
+fn missing_key_wrongtype_and_argument_errors() {
+    let server = Server::start();
+    let mut con = server.client();
+    assert_eq!(
+        page(&mut con, CMD, "nosuch", "0", &[]),
+        ("0".to_string(), vec![])
+    );
+    let _: () = query(&mut con, &["SET", "str", "x"]).unwrap();
+    let _: i64 = query(&mut con, &["HSET", "h", "f", "v"]).unwrap();
+    let _: i64 = query(&mut con, &["ZADD", "z", "1", "m"]).unwrap();
+    for k in ["str", "h", "z"] {
+        assert_eq!(expect_err(&mut con, &[CMD, k, "0"]), WRONGTYPE, "{k}");
+    }
+    populate(&mut con, "s", Enc::Listpack);
+    for (args, want) in [
+        (
+            &[CMD, "s"][..],
+            "ERR wrong number of arguments for 'snapshot.sscan' command",
+        ),
+        (&[CMD, "s", "x"], "ERR invalid cursor"),
+        (&[CMD, "s", "0", "NOVALUES"], "ERR syntax error"),
+        (&[CMD, "s", "0", "NOSCORES"], "ERR syntax error"),
+        (&[CMD, "s", "0", "TYPE", "set"], "ERR syntax error"),
+        (
+            &[CMD, "s", "0", "COUNT", "0"],
+            "ERR syntax error, COUNT must be >= 1",
+        ),
+        (
+            &[CMD, "s", "0", "COUNT", "x"],
+            "ERR value is not an integer or out of range",
+        ),
+    ] {
+        assert_eq!(expect_err(&mut con, args), want, "{args:?}");
+    }
+    // A cursor of another collection command, on the same key name.
+    let (c, _) = page(&mut con, CMD, "s", "0", &["COUNT", "3"]);
+    let _: i64 = query(&mut con, &["DEL", "s"]).unwrap();
+    let _: i64 = query(
+        &mut con,
+        &["HSET", "s", "a", "1", "b", "2", "c", "3", "d", "4"],
+    )
+    .unwrap();
+    let (hc, _) = page(&mut con, "SNAPSHOT.HSCAN", "s", "0", &["COUNT", "1"]);
+    assert_eq!(
+        expect_err(&mut con, &[CMD, "s", &hc]),
+        format!("ERR cursor {hc} belongs to SNAPSHOT.HSCAN; restart the scan from cursor 0")
+    );
+    // Single use: the set cursor still works once (its snapshot is kept).
+    let rest = finish_from(&mut con, CMD, "s", &c, &["COUNT", "3"], 1, |_| {});
+    assert_eq!(rest.len(), 97);
+    assert!(expect_err(&mut con, &[CMD, "s", &c]).contains("is unknown, already used or expired"));
+}
+
+#[test]
+fn multi_lua_and_functions_match_the_blocking_path() {
+    let server = Server::start();
+    let mut con = server.client();
+    populate(&mut con, "s", Enc::Hashtable);
+    let truth = native(&mut con, "SSCAN", "s", &["COUNT", "100"], 1);
+    let blocking = to_elems(
+        &finish_from(&mut con, CMD, "s", "0", &["COUNT", "77"], 1, |_| {}),
+        1,
+    );
+    assert_same(&blocking, &truth, "blocking");
+    assert_same(
+        &to_elems(&multi_loop(&mut con, CMD, "s", 77), 1),
+        &truth,
+        "MULTI",
+    );
+    let flat: Vec<Bytes> = redis::cmd("EVAL")
+        .arg(lua_loop(CMD))
+        .arg(1)
+        .arg("s")
+        .arg(77)
+        .query(&mut con)
+        .expect("EVAL");
+    assert_same(&to_elems(&flat, 1), &truth, "EVAL");
+    let lib = format!(
+        "#!lua name=sscanlib\nlocal function all(KEYS, ARGV)\n{}\nend\nredis.register_function{{function_name='sscan_all', callback=all, flags={{'no-writes'}}}}",
+        lua_loop(CMD)
+    );
+    let _: String = query(&mut con, &["FUNCTION", "LOAD", &lib]).expect("FUNCTION LOAD");
+    let flat: Vec<Bytes> = redis::cmd("FCALL_RO")
+        .arg("sscan_all")
+        .arg(1)
+        .arg("s")
+        .arg(77)
+        .query(&mut con)
+        .expect("FCALL_RO");
+    assert_same(&to_elems(&flat, 1), &truth, "FCALL_RO");
+}
+
+#[test]
+fn key_specs_and_acl_categories_like_sscan() {
+    let server = Server::start();
+    let mut con = server.client();
+    check_key_specs(&mut con, &server, CMD, &["read", "set", "slow"]);
+    populate(&mut con, "s", Enc::Listpack);
+    let _: () = query(
+        &mut con,
+        &["ACL", "SETUSER", "r", "on", ">pw", "%R~s*", "+@all"],
+    )
+    .unwrap();
+    let _: () = query(
+        &mut con,
+        &["ACL", "SETUSER", "o", "on", ">pw", "~x*", "+@all"],
+    )
+    .unwrap();
+    let mut r = server.client();
+    let _: () = query(&mut r, &["AUTH", "r", "pw"]).unwrap();
+    assert_eq!(
+        finish_from(&mut r, CMD, "s", "0", &["COUNT", "30"], 1, |_| {}).len(),
+        100
+    );
+    let mut o = server.client();
+    let _: () = query(&mut o, &["AUTH", "o", "pw"]).unwrap();
+    assert!(expect_err(&mut o, &[CMD, "s", "0"]).starts_with("NOPERM"));
+}
+
+#[test]
+fn the_collection_memory_limit_covers_sets() {
+    let server = Server::start();
+    let mut con = server.client();
+    populate(&mut con, "s", Enc::Hashtable);
+    let _: () = query(
+        &mut con,
+        &["CONFIG", "SET", "snapshot.collection-memory-limit", "4096"],
+    )
+    .unwrap();
+    let e = expect_err(&mut con, &[CMD, "s", "0"]);
+    assert!(
+        e.starts_with(
+            "ERR snapscan: collection snapshots would exceed snapshot.collection-memory-limit ("
+        ) && e.ends_with("of 4096 bytes held); retry later or raise the limit"),
+        "{e}"
+    );
+    let info = cmd_str(&mut con, &["INFO", "snapshot"]);
+    assert_eq!(
+        info_field(&info, "snapshot_hash_snapshot_bytes").as_deref(),
+        Some("0")
+    );
+    let _: () = query(
+        &mut con,
+        &["CONFIG", "SET", "snapshot.hash-memory-limit", "1mb"],
+    )
+    .unwrap();
+    let truth = native(&mut con, "SSCAN", "s", &["COUNT", "100"], 1);
+    let got = finish_from(&mut con, CMD, "s", "0", &["COUNT", "500"], 1, |_| {});
+    assert_same(&to_elems(&got, 1), &truth, "under the raised limit");
+}
