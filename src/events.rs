@@ -94,7 +94,48 @@ pub fn subscribe(ctx: Ctx) -> Result<(), String> {
             return Err(format!("cannot subscribe to server event {id}"));
         }
     }
+    // Cluster and replication support: events this server may not have.
+    let mut optional: Vec<(u64, raw::RedisModuleEventCallback)> =
+        vec![(raw::REDISMODULE_EVENT_CRON_LOOP, Some(on_cron))];
+    if crate::cluster::module_options(ctx) != 0 {
+        optional.push((
+            ffi::server::EVENT_ATOMIC_SLOT_MIGRATION,
+            Some(on_slot_migration),
+        ));
+    }
+    for (id, cb) in optional {
+        let ev = raw::RedisModuleEvent { id, dataver: 1 };
+        // SAFETY: ctx is the OnLoad context; ev names a server event (an
+        // unknown one is refused, which is fine).
+        if unsafe { server(ctx, ev, cb) } != raw::REDISMODULE_OK as c_int {
+            ffi::log(
+                ctx,
+                "notice",
+                &format!("snapscan: no server event {id} here"),
+            );
+        }
+    }
     Ok(())
+}
+
+extern "C" fn on_cron(
+    ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    _subevent: u64,
+    _data: *mut c_void,
+) {
+    guarded(ctx, "cron", || crate::cluster::on_cron(ctx));
+}
+
+extern "C" fn on_slot_migration(
+    ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
+    guarded(ctx, "slot migration", || {
+        crate::cluster::on_slot_migration(ctx, subevent, ffi::server::asm_event_slots(data))
+    });
 }
 
 /// Runs `f` so that a panic never unwinds into the server.

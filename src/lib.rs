@@ -11,6 +11,7 @@
 #[cfg_attr(test, allow(dead_code))]
 mod alloc;
 pub mod backfill;
+pub mod cluster;
 pub mod commands;
 pub mod config;
 pub mod cursor;
@@ -22,11 +23,12 @@ pub mod index;
 #[cfg_attr(test, allow(dead_code))]
 mod info;
 pub mod pool;
+pub mod slot;
 pub mod state;
 
 #[cfg(not(test))]
 mod module {
-    use crate::{backfill, commands, config, events, ffi, info, state};
+    use crate::{backfill, cluster, commands, config, events, ffi, info, state};
     use redis_module::configuration::ConfigurationFlags;
     use redis_module::{redis_module, Context, RedisString, Status};
 
@@ -70,6 +72,9 @@ mod module {
             std::sync::atomic::Ordering::Relaxed,
         );
         state::init(dbs, seed);
+        // Never switch a server feature off: declare what the module copes with.
+        ffi::server::set_module_options(ctx.ctx, cluster::module_options(ctx.ctx));
+        cluster::init(ctx.ctx);
         if let Err(e) = events::subscribe(ctx.ctx).and_then(|_| commands::register(ctx.ctx)) {
             ctx.log_warning(&format!("snapscan: {e}"));
             return Status::Err;

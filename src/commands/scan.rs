@@ -6,7 +6,7 @@ use crate::config;
 use crate::ffi::{self, blocked::BlockedReply, reply::Reply, Ctx};
 use crate::glob::Pattern;
 use crate::index::live::OpenRequest;
-use crate::index::walk::{walk, Page, ScanSpec};
+use crate::index::walk::{walk_snapshot, Page, ScanSpec};
 use crate::index::{Key, Snapshot};
 use crate::state::{self, Module, ScanCursor};
 use std::sync::Arc;
@@ -68,7 +68,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     let db = ffi::selected_db(ctx);
     let start = if cursor == 0 {
         Module::bump(&m.stats.snapshots_opened, 1);
-        Start::Open(m.open(db, ffi::command_time_ms()))
+        Start::Open(m.open_in(db, ffi::command_time_ms(), crate::cluster::visible_slots()))
     } else {
         match m.cursors.take_in(cursor, db) {
             Ok(e) => Start::At {
@@ -132,7 +132,7 @@ fn serve(m: &'static Module, start: Start, spec: &ScanSpec) -> (u64, Vec<Key>) {
         Start::Open(req) => (m.snapshot(&req), None, 0),
         Start::At { snap, after, pages } => (snap, after, pages),
     };
-    let page = walk(&snap.map, snap.at_ms, after.as_ref(), spec);
+    let page = walk_snapshot(&snap, after.as_ref(), spec);
     finish(m, snap, pages, page)
 }
 
@@ -162,7 +162,7 @@ fn small_page(m: &'static Module, start: Start, spec: &ScanSpec) -> Result<(u64,
         budget: spec.budget.min(limit),
         ..spec.clone()
     };
-    let page = walk(&snap.map, snap.at_ms, after.as_ref(), &small);
+    let page = walk_snapshot(&snap, after.as_ref(), &small);
     let complete = page.resume_after.is_none()
         || page.keys.len() >= spec.count
         || page.examined >= spec.budget;

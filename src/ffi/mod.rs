@@ -7,6 +7,7 @@ pub mod hashcopy;
 pub mod keys;
 pub mod mainloop;
 pub mod reply;
+pub mod server;
 pub mod thread_ctx;
 
 use redis_module::raw;
