@@ -97,6 +97,7 @@ pub fn subscribe(ctx: Ctx) -> Result<(), String> {
     // Cluster and replication support: events this server may not have.
     let mut optional: Vec<(u64, raw::RedisModuleEventCallback)> =
         vec![(raw::REDISMODULE_EVENT_CRON_LOOP, Some(on_cron))];
+    optional.push((raw::REDISMODULE_EVENT_REPL_ASYNC_LOAD, Some(on_async_load)));
     if crate::cluster::module_options(ctx) != 0 {
         optional.push((
             ffi::server::EVENT_ATOMIC_SLOT_MIGRATION,
@@ -125,6 +126,17 @@ extern "C" fn on_cron(
     _data: *mut c_void,
 ) {
     guarded(ctx, "cron", || crate::cluster::on_cron(ctx));
+}
+
+extern "C" fn on_async_load(
+    ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    guarded(ctx, "async load", || {
+        crate::replication::on_async_load(ctx, subevent)
+    });
 }
 
 extern "C" fn on_slot_migration(
@@ -212,6 +224,9 @@ extern "C" fn on_keyspace_event(
         if type_ & raw::REDISMODULE_NOTIFY_LOADED != 0 {
             // RDB loading: no execution units, and the name may live on the
             // server's stack; read the key now through a heap copy.
+            if crate::replication::async_loading() {
+                return; // a temporary database's key (see replication.rs)
+            }
             return apply(m, db, name, keys::probe_copy(ctx, key));
         }
         let event = event_bytes(event);
@@ -300,6 +315,8 @@ extern "C" fn on_loading(
                 m.watches.bump_all();
                 backfill::topology_changed();
             }
+            // An aborted async load leaves the old dataset (replication.rs).
+            raw::REDISMODULE_SUBEVENT_LOADING_FAILED if crate::replication::owns_failed_load() => {}
             raw::REDISMODULE_SUBEVENT_LOADING_FAILED => {
                 // Whatever is in memory now is the truth: forget what the
                 // partial load indexed and rebuild from memory.

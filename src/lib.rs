@@ -23,12 +23,13 @@ pub mod index;
 #[cfg_attr(test, allow(dead_code))]
 mod info;
 pub mod pool;
+pub mod replication;
 pub mod slot;
 pub mod state;
 
 #[cfg(not(test))]
 mod module {
-    use crate::{backfill, cluster, commands, config, events, ffi, info, state};
+    use crate::{backfill, cluster, commands, config, events, ffi, info, replication, state};
     use redis_module::configuration::ConfigurationFlags;
     use redis_module::{redis_module, Context, RedisString, Status};
 
@@ -73,7 +74,8 @@ mod module {
         );
         state::init(dbs, seed);
         // Never switch a server feature off: declare what the module copes with.
-        ffi::server::set_module_options(ctx.ctx, cluster::module_options(ctx.ctx));
+        let options = cluster::module_options(ctx.ctx) | replication::module_options();
+        ffi::server::set_module_options(ctx.ctx, options);
         cluster::init(ctx.ctx);
         if let Err(e) = events::subscribe(ctx.ctx).and_then(|_| commands::register(ctx.ctx)) {
             ctx.log_warning(&format!("snapscan: {e}"));

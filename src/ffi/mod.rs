@@ -117,7 +117,9 @@ pub fn command_time_ms() -> i64 {
 }
 
 /// Whether the client behind `ctx` may not be blocked (MULTI, Lua,
-/// functions, or other contexts where the server denies blocking).
+/// functions, or other contexts where the server denies blocking), or
+/// should not be: during a replica's async load the server answers blocked
+/// clients only once the load is over.
 pub fn blocking_denied(ctx: Ctx) -> bool {
     let Some(f) = api!(RedisModule_GetContextFlags) else {
         return true;
@@ -127,7 +129,8 @@ pub fn blocking_denied(ctx: Ctx) -> bool {
     flags
         & (raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING
             | raw::REDISMODULE_CTX_FLAGS_MULTI
-            | raw::REDISMODULE_CTX_FLAGS_LUA)
+            | raw::REDISMODULE_CTX_FLAGS_LUA
+            | raw::REDISMODULE_CTX_FLAGS_ASYNC_LOADING)
         != 0
 }
 
