@@ -116,7 +116,55 @@ pub fn subscribe(ctx: Ctx) -> Result<(), String> {
             );
         }
     }
+    KEY_EVENT.store(
+        subscribe_key_event(ctx, true),
+        std::sync::atomic::Ordering::Relaxed,
+    );
     Ok(())
+}
+
+/// Whether the server has the `Key` server event (Redis 7.2+, Valkey).
+static KEY_EVENT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Subscribes to the `Key` server event (`on`) or unsubscribes; true if the
+/// server accepted.
+fn subscribe_key_event(ctx: Ctx, on: bool) -> bool {
+    let Some(server) = api!(RedisModule_SubscribeToServerEvent) else {
+        return false;
+    };
+    let ev = raw::RedisModuleEvent {
+        id: raw::REDISMODULE_EVENT_KEY,
+        dataver: 1,
+    };
+    let cb: raw::RedisModuleEventCallback = if on { Some(on_key_unlinked) } else { None };
+    // SAFETY: ctx is a module context (OnLoad or a server event's); a NULL
+    // callback unsubscribes.
+    unsafe { server(ctx, ev, cb) == raw::REDISMODULE_OK as c_int }
+}
+
+/// No `Key` event subscription while a dataset loads: a merging load
+/// (`DEBUG RELOAD NOFLUSH MERGE`) deletes duplicate keys whose name lives on
+/// the server's stack, and the server crashes retaining it for the event
+/// (Redis 8.2, Valkey 9.1). Deletions during a load need no event: the
+/// "loaded" notification re-reads the key. (Called from the Loading event:
+/// the server's iteration over its listeners then stands on the Loading
+/// listener, whose next node is another of ours subscribed before the Key
+/// listener, so removing the Key listener never frees the node it holds.)
+fn key_event_during_load(ctx: Ctx, subevent: u64) {
+    if !KEY_EVENT.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    match subevent {
+        raw::REDISMODULE_SUBEVENT_LOADING_RDB_START
+        | raw::REDISMODULE_SUBEVENT_LOADING_AOF_START
+        | raw::REDISMODULE_SUBEVENT_LOADING_REPL_START => {
+            subscribe_key_event(ctx, false);
+        }
+        raw::REDISMODULE_SUBEVENT_LOADING_ENDED | raw::REDISMODULE_SUBEVENT_LOADING_FAILED => {
+            subscribe_key_event(ctx, true);
+        }
+        _ => {}
+    }
 }
 
 extern "C" fn on_cron(
@@ -126,6 +174,19 @@ extern "C" fn on_cron(
     _data: *mut c_void,
 ) {
     guarded(ctx, "cron", || crate::cluster::on_cron(ctx));
+}
+
+extern "C" fn on_key_unlinked(
+    ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
+    guarded(ctx, "key unlink", || {
+        ffi::server::with_key_event_target(data, |db, name| {
+            crate::unlink::on_key_unlinked(subevent, db, name)
+        });
+    });
 }
 
 extern "C" fn on_async_load(
@@ -209,6 +270,7 @@ extern "C" fn on_keyspace_event(
     event: *const c_char,
     key: *mut raw::RedisModuleString,
 ) -> c_int {
+    let _restore = ffi::clientdb::RestoreDb::new(ctx); // Valkey 8 bug, see clientdb.rs
     guarded(ctx, "keyspace event", || {
         let Some(m) = state::try_get() else { return };
         Module::bump(&m.stats.events, 1);
@@ -303,6 +365,7 @@ extern "C" fn on_loading(
     _data: *mut c_void,
 ) {
     guarded(ctx, "loading", || {
+        key_event_during_load(ctx, subevent);
         let Some(m) = state::try_get() else { return };
         match subevent {
             raw::REDISMODULE_SUBEVENT_LOADING_RDB_START

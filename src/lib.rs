@@ -26,6 +26,7 @@ pub mod pool;
 pub mod replication;
 pub mod slot;
 pub mod state;
+pub mod unlink;
 
 #[cfg(not(test))]
 mod module {
@@ -77,6 +78,7 @@ mod module {
         let options = cluster::module_options(ctx.ctx) | replication::module_options();
         ffi::server::set_module_options(ctx.ctx, options);
         cluster::init(ctx.ctx);
+        ffi::clientdb::init(ctx.ctx, ffi::server::valkey_major(ctx.ctx));
         if let Err(e) = events::subscribe(ctx.ctx).and_then(|_| commands::register(ctx.ctx)) {
             ctx.log_warning(&format!("snapscan: {e}"));
             return Status::Err;

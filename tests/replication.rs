@@ -247,3 +247,74 @@ fn dual_channel_swapdb_full_sync_serves_the_old_index_during_the_load() {
     drop(probe);
     swapdb_load(&[("dual-channel-replication-enabled", "yes")]);
 }
+
+/// `redismodule.h` of the redis-module crate in the cargo registry.
+fn redismodule_include_dir() -> std::path::PathBuf {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cargo")))
+        .expect("CARGO_HOME or HOME");
+    let src = home.join("registry").join("src");
+    std::fs::read_dir(&src)
+        .unwrap_or_else(|e| panic!("{}: {e}", src.display()))
+        .filter_map(|d| d.ok())
+        .map(|d| d.path().join("redis-module-2.0.8/src/include"))
+        .find(|p| p.join("redismodule.h").is_file())
+        .expect("redis-module-2.0.8's redismodule.h in the cargo registry (run cargo build)")
+}
+
+/// Builds tests/modules/deleter.c into `dir`; returns the .so path.
+fn build_deleter(dir: &std::path::Path) -> std::path::PathBuf {
+    let out = dir.join("deleter.so");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/modules/deleter.c");
+    let status = std::process::Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(&out)
+        .arg("-I")
+        .arg(redismodule_include_dir())
+        .arg(&src)
+        .status()
+        .expect("running cc");
+    assert!(status.success(), "cc failed on {}", src.display());
+    out
+}
+
+/// Another module's RedisModule_DeleteKey fires no keyspace notification;
+/// the `Key` server event still takes the keys out of the index.
+#[test]
+fn keys_deleted_by_another_modules_delete_key_leave_the_index() {
+    let probe = Server::start_with(ServerOpts::without_module());
+    if !probe.is_valkey() && probe.version() < (7, 2, 0) {
+        eprintln!(
+            "skipped: no Key server event on {} (a known limitation)",
+            Server::server_name()
+        );
+        return;
+    }
+    let so = build_deleter(probe.dir());
+    let s = Server::start_with(
+        ServerOpts::new().config("loadmodule", so.to_str().expect("utf-8 path")),
+    );
+    drop(probe);
+    let mut c = s.client();
+    for i in 0..100 {
+        let _: () = query(&mut c, &["SET", &format!("k:{i}"), "v"]).unwrap();
+    }
+    let _: () = query(&mut c, &["HSET", "h", "f", "v"]).unwrap();
+    let _: () = query(&mut c, &["SELECT", "3"]).unwrap();
+    let _: () = query(&mut c, &["SET", "k:1", "in db 3"]).unwrap();
+    let _: () = query(&mut c, &["SELECT", "0"]).unwrap();
+    assert_exact(&s, "before");
+    let deleted: i64 = query(&mut c, &["DELETER.DEL", "k:1", "k:2", "h", "missing"]).unwrap();
+    assert_eq!(deleted, 3);
+    let keys = snapshot_keys(&mut c);
+    assert_eq!(
+        keys.len(),
+        98,
+        "the deleted keys are gone from SNAPSHOT.SCAN"
+    );
+    assert_exact(&s, "after RedisModule_DeleteKey");
+    // Only db 0's k:1 was deleted.
+    let _: () = query(&mut c, &["SELECT", "3"]).unwrap();
+    assert_eq!(snapshot_keys(&mut c), vec![b"k:1".to_vec()]);
+}

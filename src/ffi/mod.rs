@@ -3,6 +3,7 @@
 
 pub mod blocked;
 pub mod call;
+pub mod clientdb;
 pub mod hashcopy;
 pub mod keys;
 pub mod mainloop;

@@ -109,5 +109,42 @@ pub fn call_text(ctx: Ctx, cmd: &CStr, arg: &CStr) -> Option<String> {
 
 /// Whether the server is Valkey (`valkey_version` in `INFO server`).
 pub fn is_valkey(ctx: Ctx) -> bool {
-    call_text(ctx, c"INFO", c"server").is_some_and(|t| t.contains("\nvalkey_version:"))
+    valkey_major(ctx).is_some()
+}
+
+/// The major version of a Valkey server (`None` on Redis).
+pub fn valkey_major(ctx: Ctx) -> Option<u32> {
+    let info = call_text(ctx, c"INFO", c"server")?;
+    let v = info
+        .lines()
+        .find_map(|l| l.strip_prefix("valkey_version:"))?;
+    v.trim().split('.').next()?.parse().ok()
+}
+
+/// Calls `f` with the database and name of the key of a `Key` server event
+/// (Redis 7.2+, Valkey): the key about to be unlinked.
+pub fn with_key_event_target(data: *mut c_void, f: impl FnOnce(usize, &[u8])) -> Option<()> {
+    let (name_of, db_of) = (
+        api!(RedisModule_GetKeyNameFromModuleKey)?,
+        api!(RedisModule_GetDbIdFromModuleKey)?,
+    );
+    if data.is_null() {
+        return None;
+    }
+    // SAFETY: for Key events (dataver 1) the server passes a live
+    // RedisModuleKeyInfoV1 whose `key` is an open key, valid for the
+    // callback; its name string lives as long as the key.
+    unsafe {
+        let info = &*data.cast::<raw::RedisModuleKeyInfoV1>();
+        if info.key.is_null() {
+            return None;
+        }
+        let db = db_of(info.key);
+        let name = name_of(info.key);
+        if db < 0 || name.is_null() {
+            return None;
+        }
+        f(db as usize, super::string_bytes(name));
+        Some(())
+    }
 }
