@@ -90,12 +90,18 @@ fn every_node_runs_snapscan_and_scans_exactly_with_hashtag_prefix_seeks() {
     );
     // Another node holds none of them.
     let other = &c.nodes[(owner + 1) % c.primaries];
+    let before = info_u64(other, "snapshot_entries_examined");
     let none = full_scan(
         &mut other.client(),
         "SNAPSHOT.SCAN",
         &["MATCH", "{user42}:*"],
     );
     assert!(none.is_empty(), "{{user42}}:* on a node without its slot");
+    assert_eq!(
+        info_u64(other, "snapshot_entries_examined"),
+        before,
+        "a node without the hashtag's slot checks no key"
+    );
 }
 
 /// A primary whose slot is claimed by another node (SETSLOT NODE + epoch
