@@ -109,7 +109,121 @@ pub fn subscribe(ctx: Ctx) -> Result<(), String> {
             return Err(format!("cannot subscribe to server event {id}"));
         }
     }
+    // Cluster and replication support: events this server may not have.
+    let mut optional: Vec<(u64, raw::RedisModuleEventCallback)> =
+        vec![(raw::REDISMODULE_EVENT_CRON_LOOP, Some(on_cron))];
+    optional.push((raw::REDISMODULE_EVENT_REPL_ASYNC_LOAD, Some(on_async_load)));
+    if crate::cluster::module_options(ctx) != 0 {
+        optional.push((
+            ffi::server::EVENT_ATOMIC_SLOT_MIGRATION,
+            Some(on_slot_migration),
+        ));
+    }
+    for (id, cb) in optional {
+        let ev = raw::RedisModuleEvent { id, dataver: 1 };
+        // SAFETY: ctx is the OnLoad context; ev names a server event (an
+        // unknown one is refused, which is fine).
+        if unsafe { server(ctx, ev, cb) } != raw::REDISMODULE_OK as c_int {
+            ffi::log(
+                ctx,
+                "notice",
+                &format!("snapscan: no server event {id} here"),
+            );
+        }
+    }
+    KEY_EVENT.store(
+        subscribe_key_event(ctx, true),
+        std::sync::atomic::Ordering::Relaxed,
+    );
     Ok(())
+}
+
+/// Whether the server has the `Key` server event (Redis 7.2+, Valkey).
+static KEY_EVENT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Subscribes to the `Key` server event (`on`) or unsubscribes; true if the
+/// server accepted.
+fn subscribe_key_event(ctx: Ctx, on: bool) -> bool {
+    let Some(server) = api!(RedisModule_SubscribeToServerEvent) else {
+        return false;
+    };
+    let ev = raw::RedisModuleEvent {
+        id: raw::REDISMODULE_EVENT_KEY,
+        dataver: 1,
+    };
+    let cb: raw::RedisModuleEventCallback = if on { Some(on_key_unlinked) } else { None };
+    // SAFETY: ctx is a module context (OnLoad or a server event's); a NULL
+    // callback unsubscribes.
+    unsafe { server(ctx, ev, cb) == raw::REDISMODULE_OK as c_int }
+}
+
+/// No `Key` event subscription while a dataset loads: a merging load
+/// (`DEBUG RELOAD NOFLUSH MERGE`) deletes duplicate keys whose name lives on
+/// the server's stack, and the server crashes retaining it for the event
+/// (Redis 8.2, Valkey 9.1). Deletions during a load need no event: the
+/// "loaded" notification re-reads the key. (Called from the Loading event:
+/// the server's iteration over its listeners then stands on the Loading
+/// listener, whose next node is another of ours subscribed before the Key
+/// listener, so removing the Key listener never frees the node it holds.)
+fn key_event_during_load(ctx: Ctx, subevent: u64) {
+    if !KEY_EVENT.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    match subevent {
+        raw::REDISMODULE_SUBEVENT_LOADING_RDB_START
+        | raw::REDISMODULE_SUBEVENT_LOADING_AOF_START
+        | raw::REDISMODULE_SUBEVENT_LOADING_REPL_START => {
+            subscribe_key_event(ctx, false);
+        }
+        raw::REDISMODULE_SUBEVENT_LOADING_ENDED | raw::REDISMODULE_SUBEVENT_LOADING_FAILED => {
+            subscribe_key_event(ctx, true);
+        }
+        _ => {}
+    }
+}
+
+extern "C" fn on_cron(
+    ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    _subevent: u64,
+    _data: *mut c_void,
+) {
+    guarded(ctx, "cron", || crate::cluster::on_cron(ctx));
+}
+
+extern "C" fn on_key_unlinked(
+    ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
+    guarded(ctx, "key unlink", || {
+        ffi::server::with_key_event_target(data, |db, name| {
+            crate::unlink::on_key_unlinked(subevent, db, name)
+        });
+    });
+}
+
+extern "C" fn on_async_load(
+    ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    guarded(ctx, "async load", || {
+        crate::replication::on_async_load(ctx, subevent)
+    });
+}
+
+extern "C" fn on_slot_migration(
+    ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
+    guarded(ctx, "slot migration", || {
+        crate::cluster::on_slot_migration(ctx, subevent, ffi::server::asm_event_slots(data))
+    });
 }
 
 /// Runs `f` so that a panic never unwinds into the server.
@@ -182,11 +296,15 @@ extern "C" fn on_keyspace_event(
     event: *const c_char,
     key: *mut raw::RedisModuleString,
 ) -> c_int {
+    let _restore = ffi::clientdb::RestoreDb::new(ctx); // Valkey 8 bug, see clientdb.rs
     guarded(ctx, "keyspace event", || {
         let Some(m) = state::try_get() else { return };
         Module::bump(&m.stats.events, 1);
         let db = ffi::selected_db(ctx);
         let name = ffi::string_bytes(key);
+        // A deletion the `Key` event just logged (see unlink.rs); taken by
+        // every notification, so it never outlives the pair.
+        let gone = crate::unlink::take_gone(db, name);
         if matches!(event_bytes(event), b"move_from" | b"move_to" | b"copy_to") {
             // Fired from the caller's database on some servers: any copy of
             // a hash with this name may be stale.
@@ -197,6 +315,9 @@ extern "C" fn on_keyspace_event(
         if type_ & raw::REDISMODULE_NOTIFY_LOADED != 0 {
             // RDB loading: no execution units, and the name may live on the
             // server's stack; read the key now through a heap copy.
+            if crate::replication::async_loading() {
+                return; // a temporary database's key (see replication.rs)
+            }
             return apply(m, db, name, keys::probe_copy(ctx, key));
         }
         let event = event_bytes(event);
@@ -210,7 +331,7 @@ extern "C" fn on_keyspace_event(
             // before the key is unlinked on some servers. (By name: field
             // events such as "hexpired" share the EXPIRED class on some
             // servers but leave the key in place.)
-            b"del" | b"expired" | b"evicted" => apply(m, db, name, None),
+            b"del" | b"expired" | b"evicted" => crate::unlink::log_gone(m, db, name, gone),
             b"move_from" | b"move_to" | b"copy_to" => refresh_everywhere(m, name),
             _ => record(m, db, name, keys::probe(ctx, key), !created),
         }
@@ -274,6 +395,7 @@ extern "C" fn on_loading(
     _data: *mut c_void,
 ) {
     guarded(ctx, "loading", || {
+        key_event_during_load(ctx, subevent);
         let Some(m) = state::try_get() else { return };
         match subevent {
             raw::REDISMODULE_SUBEVENT_LOADING_RDB_START
@@ -286,6 +408,8 @@ extern "C" fn on_loading(
                 m.watches.bump_all();
                 backfill::topology_changed();
             }
+            // An aborted async load leaves the old dataset (replication.rs).
+            raw::REDISMODULE_SUBEVENT_LOADING_FAILED if crate::replication::owns_failed_load() => {}
             raw::REDISMODULE_SUBEVENT_LOADING_FAILED => {
                 // Whatever is in memory now is the truth: forget what the
                 // partial load indexed and rebuild from memory.

@@ -11,6 +11,7 @@
 #[cfg_attr(test, allow(dead_code))]
 mod alloc;
 pub mod backfill;
+pub mod cluster;
 pub mod commands;
 pub mod config;
 pub mod cursor;
@@ -22,11 +23,14 @@ pub mod index;
 #[cfg_attr(test, allow(dead_code))]
 mod info;
 pub mod pool;
+pub mod replication;
+pub mod slot;
 pub mod state;
+pub mod unlink;
 
 #[cfg(not(test))]
 mod module {
-    use crate::{backfill, commands, config, events, ffi, info, state};
+    use crate::{backfill, cluster, commands, config, events, ffi, info, replication, state};
     use redis_module::{redis_module, Context, RedisString, Status};
 
     fn databases(ctx: &Context) -> usize {
@@ -80,6 +84,11 @@ mod module {
         );
         commands::testhook::at_load();
         state::init(dbs, seed);
+        // Never switch a server feature off: declare what the module copes with.
+        let options = cluster::module_options(ctx.ctx) | replication::module_options();
+        ffi::server::set_module_options(ctx.ctx, options);
+        cluster::init(ctx.ctx);
+        ffi::clientdb::init(ctx.ctx, ffi::server::valkey_major(ctx.ctx));
         if let Err(e) = events::subscribe(ctx.ctx).and_then(|_| commands::register(ctx.ctx)) {
             ctx.log_warning(&format!("snapscan: {e}"));
             return Status::Err;

@@ -118,6 +118,16 @@ impl Module {
         self.live.open(db, at_ms)
     }
 
+    /// [`open`](Self::open) showing only keys of `slots` (cluster mode).
+    pub fn open_in(
+        &self,
+        db: usize,
+        at_ms: i64,
+        slots: Option<Arc<crate::slot::SlotSet>>,
+    ) -> Arc<OpenRequest> {
+        self.live.open_in(db, at_ms, slots)
+    }
+
     /// The snapshot of a request: exactly the changes recorded before it.
     /// Runs on a worker (or inline): may apply pending changes itself.
     pub fn snapshot(&self, req: &OpenRequest) -> Arc<Snapshot> {

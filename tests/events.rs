@@ -1377,9 +1377,9 @@ fn client_db(con: &mut Connection) -> u32 {
 /// db alone; the table cases re-SELECT after such commands so that they test
 /// the index on every server.
 ///
-/// valkey-8.1 fails this with any module that subscribes to keyspace events,
-/// even one whose callback does nothing: the server selects the event's db on
-/// the calling client before it calls the module.
+/// Valkey 8.1 selects the event's db on the calling client before it calls a
+/// module subscribed to keyspace events (valkey-io/valkey#4024); snapscan
+/// selects the caller's db back (src/ffi/clientdb.rs).
 #[rstest]
 #[case::move_("SET a 1; MOVE a 3", "0: @bg0 marker; 3: @bg3 a")]
 #[case::copy_db("SET a 1; COPY a a DB 3", "0: @bg0 a marker; 3: @bg3 a")]
@@ -1392,26 +1392,12 @@ fn client_db(con: &mut Connection) -> u32 {
     "0: @bg0 marker; 3: @bg3 a"
 )]
 fn client_db_survives_cross_db_notifications(#[case] script: &str, #[case] expect: &str) {
-    let (server, mut con, mut chk) = server_with_bg();
-    if has_valkey81_client_db_bug(&server) {
-        return;
-    }
+    let (_server, mut con, mut chk) = server_with_bg();
     assert!(run_script(&mut con, &mut chk, script, &[0, 3], true));
     assert_eq!(client_db(&mut con), 0, "{script}: the client left db 0");
     let _: () = query(&mut con, &["SET", "marker", "1"]).unwrap();
     assert_keyspace(&mut chk, &parse_expect(expect), script);
     assert_index_matches(&mut chk, &[0, 3]);
-}
-/// Valkey 8.1 server bug (valkey-io/valkey#4024, fixed upstream): with any
-/// module subscribed to keyspace events, an event in another database
-/// (MOVE, COPY ... DB, loading) switches the calling client to that
-/// database. Nothing a module can prevent; the README states it.
-fn has_valkey81_client_db_bug(server: &Server) -> bool {
-    let hit = server.is_valkey() && server.version().0 == 8;
-    if hit {
-        eprintln!("skipped: Valkey 8.1 switches the client's db on cross-db notifications");
-    }
-    hit
 }
 
 /// MOVE / COPY ... DB inside MULTI/EXEC: the index must record the key in
@@ -1425,10 +1411,7 @@ fn has_valkey81_client_db_bug(server: &Server) -> bool {
 )]
 fn multi_exec_cross_db_commands(#[case] script: &str, #[case] expect: &str) {
     let expect = parse_expect(expect);
-    let (server, mut con, mut chk) = server_with_bg();
-    if has_valkey81_client_db_bug(&server) {
-        return;
-    }
+    let (_server, mut con, mut chk) = server_with_bg();
     assert!(run_script(&mut con, &mut chk, script, &[0, 3], true));
     assert_keyspace(&mut chk, &expect, script);
     assert_index_sizes(&mut chk, &[0, 3]);
@@ -1439,9 +1422,6 @@ fn multi_exec_cross_db_commands(#[case] script: &str, #[case] expect: &str) {
 #[test]
 fn replica_follows_cross_db_commands() {
     let (primary, mut p, mut pchk) = server_with_bg();
-    if has_valkey81_client_db_bug(&primary) {
-        return;
-    }
     let replica = Server::start_with(ServerOpts::new().replica_of(primary.port()));
     let mut r = replica.client();
     let dbs = [0, 3, 5];

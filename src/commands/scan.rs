@@ -7,7 +7,7 @@ use crate::ffi::expiry::Verdict;
 use crate::ffi::{self, blocked::BlockedReply, reply::Reply, Ctx};
 use crate::glob::Pattern;
 use crate::index::live::OpenRequest;
-use crate::index::walk::{walk, Page, ScanSpec};
+use crate::index::walk::{walk_snapshot_at, Page, ScanSpec};
 use crate::index::{Key, Snapshot};
 use crate::state::{self, Module, ScanCursor};
 use std::sync::Arc;
@@ -90,7 +90,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
             lo: i64::MIN,
             hi: at,
         });
-        Start::Open(m.open(db, at), clock)
+        Start::Open(m.open_in(db, at, crate::cluster::visible_slots()), clock)
     } else {
         match m.cursors.take_in(cursor, db) {
             Ok(e) => Start::At {
@@ -233,12 +233,12 @@ fn page_of(
 ) -> (Page, Option<ScriptClock>) {
     let (Some(mut c), Some(judge)) = (clock, judge) else {
         let at = clock.map_or(snap.at_ms, |c| c.hi);
-        return (walk(&snap.map, at, after, spec), clock);
+        return (walk_snapshot_at(snap, at, after, spec), clock);
     };
     if c.lo >= c.hi {
-        return (walk(&snap.map, c.hi, after, spec), clock);
+        return (walk_snapshot_at(snap, c.hi, after, spec), clock);
     }
-    let mut page = walk(&snap.map, c.lo, after, spec);
+    let mut page = walk_snapshot_at(snap, c.lo, after, spec);
     page.keys.retain(|k| {
         let Some(when) = snap.map.get(k.as_bytes()).and_then(|m| m.expire_at()) else {
             return true;

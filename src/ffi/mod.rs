@@ -3,6 +3,7 @@
 
 pub mod blocked;
 pub mod call;
+pub mod clientdb;
 pub mod cmdinfo;
 pub mod collcopy;
 pub mod command;
@@ -13,6 +14,7 @@ pub mod keys;
 pub mod latency;
 pub mod mainloop;
 pub mod reply;
+pub mod server;
 pub mod thread_ctx;
 pub mod unlink;
 
@@ -133,7 +135,9 @@ pub fn in_script(ctx: Ctx) -> bool {
 }
 
 /// Whether the client behind `ctx` may not be blocked (MULTI, Lua,
-/// functions, or other contexts where the server denies blocking).
+/// functions, or other contexts where the server denies blocking), or
+/// should not be: during a replica's async load the server answers blocked
+/// clients only once the load is over.
 pub fn blocking_denied(ctx: Ctx) -> bool {
     let Some(f) = api!(RedisModule_GetContextFlags) else {
         return true;
@@ -143,7 +147,8 @@ pub fn blocking_denied(ctx: Ctx) -> bool {
     flags
         & (raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING
             | raw::REDISMODULE_CTX_FLAGS_MULTI
-            | raw::REDISMODULE_CTX_FLAGS_LUA)
+            | raw::REDISMODULE_CTX_FLAGS_LUA
+            | raw::REDISMODULE_CTX_FLAGS_ASYNC_LOADING)
         != 0
 }
 

@@ -23,6 +23,7 @@
 use super::filter::{KeyFilter, MIN_CAPACITY};
 use super::meta::STRING;
 use super::{Key, KeyMap, Keyspace, Meta, Snapshot};
+use crate::slot::SlotSet;
 use arc_swap::{ArcSwap, ArcSwapOption};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -37,6 +38,8 @@ pub enum Op {
     Flush(usize),
     FlushAll,
     Swap(usize, usize),
+    /// Keys of these slots left the node without a notification (cluster).
+    PurgeSlots(Arc<SlotSet>),
 }
 
 /// Log length past which pushers apply part of it themselves.
@@ -56,6 +59,7 @@ pub struct OpenRequest {
     seq: u64,
     db: usize,
     at_ms: i64,
+    slots: Option<Arc<SlotSet>>,
     cut: Mutex<Option<Arc<Snapshot>>>,
 }
 
@@ -334,12 +338,19 @@ impl Live {
 
     /// Requests a snapshot of `db` as of now (the current end of the log).
     pub fn open(&self, db: usize, at_ms: i64) -> Arc<OpenRequest> {
+        self.open_in(db, at_ms, None)
+    }
+
+    /// [`open`](Self::open) for a snapshot that shows only keys of `slots`
+    /// (if set; cluster mode).
+    pub fn open_in(&self, db: usize, at_ms: i64, slots: Option<Arc<SlotSet>>) -> Arc<OpenRequest> {
         let mut q = lock(&self.queue);
         let seq = self.pushed.load(Ordering::SeqCst);
         let req = Arc::new(OpenRequest {
             seq,
             db,
             at_ms,
+            slots,
             cut: Mutex::new(None),
         });
         q.opens.entry(seq).or_default().push(Arc::clone(&req));
@@ -487,7 +498,7 @@ impl Live {
         if self.apply_batch(ks, want, dispose) == 0 {
             // Nothing left to apply yet the request was not cut: only
             // possible if it was never registered; serve the present.
-            return Some(ks.snapshot(req.db, req.at_ms));
+            return Some(ks.snapshot_with(req.db, req.at_ms, req.slots.clone()));
         }
         None
     }
@@ -560,7 +571,7 @@ impl Live {
         let at = self.applied.load(Ordering::SeqCst);
         let due = lock(&self.queue).opens.remove(&at);
         for req in due.into_iter().flatten() {
-            *lock(&req.cut) = Some(ks.snapshot(req.db, req.at_ms));
+            *lock(&req.cut) = Some(ks.snapshot_with(req.db, req.at_ms, req.slots.clone()));
         }
     }
 
@@ -609,6 +620,7 @@ impl Live {
                         Op::Flush(db) => freed.push(ks.flush(*db)),
                         Op::FlushAll => freed.extend(ks.flush_all()),
                         Op::Swap(a, b) => ks.swap(*a, *b),
+                        Op::PurgeSlots(slots) => changed += ks.purge_slots(slots) as u64,
                     }
                 }
                 changed += ks.apply_run(&run) as u64;

@@ -20,7 +20,9 @@ pub use meta::{Meta, TypeId, TypeNames};
 
 pub use tree::KeyMap;
 
+use crate::slot::SlotSet;
 use arrayvec::ArrayVec;
+
 use std::sync::Arc;
 
 /// What changed in the index after applying the truth about one key.
@@ -56,6 +58,9 @@ pub struct Snapshot {
     /// Server clock (Unix ms) at the instant the snapshot was opened: keys
     /// whose expiry had passed by then are not part of the snapshot.
     pub at_ms: i64,
+    /// In cluster mode, the slots whose keys the snapshot shows (those the
+    /// node served at that instant); `None` shows every key.
+    pub slots: Option<Arc<SlotSet>>,
 }
 
 impl Snapshot {
@@ -198,13 +203,51 @@ impl Keyspace {
 
     /// Opens a snapshot in O(1): clones the root pointer, copies nothing.
     pub fn snapshot(&mut self, db: usize, at_ms: i64) -> Arc<Snapshot> {
+        self.snapshot_with(db, at_ms, None)
+    }
+
+    /// [`snapshot`](Self::snapshot) showing only keys of `slots` (if set).
+    pub fn snapshot_with(
+        &mut self,
+        db: usize,
+        at_ms: i64,
+        slots: Option<Arc<SlotSet>>,
+    ) -> Arc<Snapshot> {
         let d = self.db_mut(db);
         Arc::new(Snapshot {
             map: d.map.clone(),
             db,
             version: d.version,
             at_ms,
+            slots,
         })
+    }
+
+    /// Removes, in every database, the keys whose slot is in `slots`; the
+    /// removed entries' keys are returned for disposal off the caller's
+    /// thread. Returns how many keys were removed.
+    pub fn purge_slots(&mut self, slots: &SlotSet) -> usize {
+        let mut removed = 0;
+        for db in 0..self.dbs.len() {
+            let d = &mut self.dbs[db];
+            let mut doomed: Vec<Vec<u8>> = Vec::new();
+            let mut it = d.map.iter();
+            while let Some((k, _)) = it.next_entry() {
+                if slots.holds_key(k) {
+                    doomed.push(k.to_vec());
+                }
+            }
+            if doomed.is_empty() {
+                continue;
+            }
+            for k in &doomed {
+                if d.map.remove(k).is_some() {
+                    removed += 1;
+                }
+            }
+            d.version += 1;
+        }
+        removed
     }
 
     pub fn len(&self, db: usize) -> usize {

@@ -1,8 +1,9 @@
 //! One page of a snapshot iteration: walk the ordered map from a position,
 //! filter by expiry, TYPE and MATCH, stop at COUNT matches or the work budget.
 
-use super::{Key, KeyMap, TypeId};
+use super::{Key, KeyMap, Snapshot, TypeId};
 use crate::glob::Pattern;
+use crate::slot::{prefix_slot, SlotSet};
 use std::ops::Bound;
 
 /// Filters and limits of one SNAPSHOT.SCAN call.
@@ -32,6 +33,42 @@ pub struct Page {
 /// prefix are visited: the walk seeks to the prefix in O(log n) and stops at
 /// the first key past it.
 pub fn walk(map: &KeyMap, at_ms: i64, after: Option<&Key>, spec: &ScanSpec) -> Page {
+    walk_in(map, at_ms, after, spec, None)
+}
+
+/// One page of a snapshot: [`walk`] that, in cluster mode, also skips the
+/// keys of slots the snapshot does not show. A MATCH prefix with a complete
+/// hashtag (`{user42}:*`) decides the slot of every key it visits, so the
+/// slot is checked once instead of per key, and the walk stays a seek.
+pub fn walk_snapshot(snap: &Snapshot, after: Option<&Key>, spec: &ScanSpec) -> Page {
+    walk_snapshot_at(snap, snap.at_ms, after, spec)
+}
+
+/// [`walk_snapshot`] judging expiry at `at_ms` instead of the snapshot's
+/// instant (an iteration opened inside a script, see `commands::scan`).
+pub fn walk_snapshot_at(snap: &Snapshot, at_ms: i64, after: Option<&Key>, spec: &ScanSpec) -> Page {
+    let Some(slots) = snap.slots.as_deref() else {
+        return walk(&snap.map, at_ms, after, spec);
+    };
+    let prefix: &[u8] = spec.pattern.as_ref().map_or(&[], |p| p.prefix());
+    match prefix_slot(prefix) {
+        Some(slot) if slots.contains(slot) => walk(&snap.map, at_ms, after, spec),
+        Some(_) => Page {
+            keys: Vec::new(),
+            resume_after: None,
+            examined: 0,
+        },
+        None => walk_in(&snap.map, at_ms, after, spec, Some(slots)),
+    }
+}
+
+fn walk_in(
+    map: &KeyMap,
+    at_ms: i64,
+    after: Option<&Key>,
+    spec: &ScanSpec,
+    slots: Option<&SlotSet>,
+) -> Page {
     let prefix: &[u8] = spec.pattern.as_ref().map_or(&[], |p| p.prefix());
     let check_glob = spec.pattern.as_ref().filter(|p| !p.matches_all());
     let lower: Bound<&[u8]> = match after {
@@ -53,7 +90,8 @@ pub fn walk(map: &KeyMap, at_ms: i64, after: Option<&Key>, spec: &ScanSpec) -> P
         examined += 1;
         let wanted = m.alive_at(at_ms)
             && spec.type_filter.is_none_or(|t| t == m.type_id())
-            && check_glob.is_none_or(|p| p.is_match(k));
+            && check_glob.is_none_or(|p| p.is_match(k))
+            && slots.is_none_or(|s| s.holds_key(k));
         if wanted {
             keys.push(Key::new(k));
         }

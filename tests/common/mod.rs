@@ -15,6 +15,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+pub mod cluster;
+
 use redis::{Connection, FromRedisValue, RedisResult, ToRedisArgs, Value};
 use tempfile::TempDir;
 

@@ -1,0 +1,160 @@
+//! Cluster mode: which slots' keys `SNAPSHOT.SCAN` shows, and keeping the
+//! index exact when slots move.
+//!
+//! - A snapshot shows only keys of the slots the node *serves* at its
+//!   cursor-0 instant: slots it (or, for a replica, its primary) owns, plus
+//!   slots it imports the legacy way (`CLUSTER SETSLOT ... IMPORTING`, whose
+//!   keys `SCAN` shows), minus slots being imported by an atomic slot
+//!   migration (`CLUSTER MIGRATESLOTS`, Valkey 9+, whose keys `SCAN` hides
+//!   until the import completes).
+//! - The served slots are read from `CLUSTER NODES` at every server cron
+//!   tick (`hz`, 10 per second by default) and at every slot-migration
+//!   event. Slots that stop being served are purged from the index by the
+//!   indexer thread (off the main thread): some servers delete a lost
+//!   slot's keys without any notification (Redis 7.0).
+//! - A cancelled or failed atomic import purges the slots it imported.
+
+use crate::ffi::{self, server, Ctx};
+use crate::index::Op;
+use crate::slot::{served_from_nodes, SlotSet};
+use crate::state;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+static CLUSTER: AtomicBool = AtomicBool::new(false);
+
+#[derive(Default)]
+struct View {
+    /// Slots served as of the last refresh (`None` before the first).
+    served: Option<SlotSet>,
+    /// Slots being imported by an atomic slot migration.
+    importing: SlotSet,
+    /// `served - importing`, shared by the snapshots opened meanwhile.
+    visible: Option<Arc<SlotSet>>,
+}
+
+static VIEW: Mutex<Option<View>> = Mutex::new(None);
+
+fn with_view<T>(f: impl FnOnce(&mut View) -> T) -> T {
+    let mut g = VIEW.lock().unwrap_or_else(|e| e.into_inner());
+    f(g.get_or_insert_with(View::default))
+}
+
+impl View {
+    fn recompute(&mut self) {
+        self.visible = self
+            .served
+            .as_ref()
+            .map(|s| Arc::new(s.minus(&self.importing)));
+    }
+}
+
+/// Whether the server runs in cluster mode (known after [`init`]).
+pub fn enabled() -> bool {
+    CLUSTER.load(Ordering::Relaxed)
+}
+
+/// Module options for cluster support: atomic slot migration where the
+/// server knows the option (Valkey 9+).
+pub fn module_options(ctx: Ctx) -> std::os::raw::c_int {
+    let asm = server::OPTION_HANDLE_ATOMIC_SLOT_MIGRATION;
+    if server::module_options_known() & asm != 0 && server::is_valkey(ctx) {
+        asm
+    } else {
+        0
+    }
+}
+
+/// Detects cluster mode and reads the served slots (OnLoad).
+pub fn init(ctx: Ctx) {
+    if server::cluster_mode(ctx) {
+        CLUSTER.store(true, Ordering::Relaxed);
+        refresh(ctx);
+    }
+}
+
+/// The slots a snapshot opened now shows: `None` (every key) outside
+/// cluster mode. Main thread.
+pub fn visible_slots() -> Option<Arc<SlotSet>> {
+    if !enabled() {
+        return None;
+    }
+    with_view(|v| v.visible.clone())
+}
+
+/// Re-reads the served slots from `CLUSTER NODES`; slots no longer served
+/// are purged from the index. Main thread.
+pub fn refresh(ctx: Ctx) {
+    if !enabled() {
+        return;
+    }
+    let Some(served) =
+        server::call_text(ctx, c"CLUSTER", c"NODES").and_then(|t| served_from_nodes(&t))
+    else {
+        return;
+    };
+    let lost = with_view(|v| {
+        let lost = v.served.as_ref().map(|old| old.minus(&served));
+        if v.served.as_ref() != Some(&served) {
+            v.served = Some(served);
+            v.recompute();
+        }
+        lost
+    });
+    if let Some(lost) = lost.filter(|l| !l.is_empty()) {
+        purge(ctx, lost, "no longer served");
+    }
+}
+
+fn purge(ctx: Ctx, slots: SlotSet, why: &str) {
+    let Some(m) = state::try_get() else { return };
+    ffi::log(
+        ctx,
+        "verbose",
+        &format!(
+            "snapscan: slots {} {why}: purging their keys from the index",
+            slots.ranges_text()
+        ),
+    );
+    m.watches.bump_all();
+    m.push(Op::PurgeSlots(Arc::new(slots)));
+}
+
+/// Server cron tick (`CronLoop` event).
+pub fn on_cron(ctx: Ctx) {
+    refresh(ctx);
+}
+
+/// An atomic-slot-migration event (Valkey 9+) about `slots`.
+pub fn on_slot_migration(ctx: Ctx, subevent: u64, slots: SlotSet) {
+    if !enabled() {
+        return;
+    }
+    match subevent {
+        server::ASM_IMPORT_STARTED => with_view(|v| {
+            v.importing = v.importing.union(&slots);
+            v.recompute();
+        }),
+        server::ASM_IMPORT_COMPLETED => {
+            // The slots are this node's now: shown at once, whether or not
+            // the topology already says so (the next refresh confirms).
+            with_view(|v| {
+                v.importing = v.importing.minus(&slots);
+                v.served = Some(v.served.take().unwrap_or_default().union(&slots));
+                v.recompute();
+            });
+        }
+        server::ASM_IMPORT_ABORTED => {
+            let gone = with_view(|v| {
+                v.importing = v.importing.minus(&slots);
+                v.recompute();
+                slots.minus(v.served.as_ref().unwrap_or(&SlotSet::new()))
+            });
+            if !gone.is_empty() {
+                purge(ctx, gone, "import cancelled");
+            }
+        }
+        server::ASM_EXPORT_COMPLETED => refresh(ctx),
+        _ => {}
+    }
+}

@@ -1,0 +1,150 @@
+//! Server facts and server-event payloads for cluster and replication
+//! support: module options, context flags, `RedisModule_Call` text replies,
+//! and the atomic-slot-migration event's slot ranges (Valkey 9+).
+
+use super::call::CallReply;
+use super::{api, Ctx};
+use crate::slot::SlotSet;
+use redis_module::raw;
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int, c_void};
+
+/// `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION` (valkeymodule.h,
+/// Valkey 9.0+): the module copes with keys of slots being imported by
+/// `CLUSTER MIGRATESLOTS`.
+pub const OPTION_HANDLE_ATOMIC_SLOT_MIGRATION: c_int = 1 << 5;
+
+/// `VALKEYMODULE_EVENT_ATOMIC_SLOT_MIGRATION` (Valkey 9.0+; Redis numbers
+/// its own events differently, so it is only subscribed on Valkey).
+pub const EVENT_ATOMIC_SLOT_MIGRATION: u64 = 19;
+pub const ASM_IMPORT_STARTED: u64 = 0;
+pub const ASM_EXPORT_STARTED: u64 = 1;
+pub const ASM_IMPORT_ABORTED: u64 = 2;
+pub const ASM_EXPORT_ABORTED: u64 = 3;
+pub const ASM_IMPORT_COMPLETED: u64 = 4;
+pub const ASM_EXPORT_COMPLETED: u64 = 5;
+
+/// `ValkeyModuleSlotRange`.
+#[repr(C)]
+struct SlotRange {
+    start: c_int,
+    end: c_int,
+}
+
+/// `ValkeyModuleAtomicSlotMigrationInfoV1`.
+#[repr(C)]
+struct AsmInfoV1 {
+    version: u64,
+    job_name: [c_char; 41],
+    slot_ranges: *mut SlotRange,
+    num_slot_ranges: u32,
+}
+
+/// The slots of an atomic-slot-migration event's payload.
+pub fn asm_event_slots(data: *mut c_void) -> SlotSet {
+    let mut set = SlotSet::new();
+    if data.is_null() {
+        return set;
+    }
+    // SAFETY: for this event (dataver 1) the server passes a live
+    // ValkeyModuleAtomicSlotMigrationInfoV1 whose `slot_ranges` points to
+    // `num_slot_ranges` ranges, all valid for the callback.
+    unsafe {
+        let info = &*data.cast::<AsmInfoV1>();
+        if info.version < 1 || info.slot_ranges.is_null() {
+            return set;
+        }
+        for i in 0..info.num_slot_ranges as usize {
+            let r = &*info.slot_ranges.add(i);
+            if r.start >= 0 && r.end >= r.start {
+                set.insert_range(r.start as u16, r.end.min(u16::MAX as c_int) as u16);
+            }
+        }
+    }
+    set
+}
+
+/// Sets the module's options (the whole set: the server keeps the last).
+pub fn set_module_options(ctx: Ctx, options: c_int) {
+    if let Some(f) = api!(RedisModule_SetModuleOptions) {
+        // SAFETY: ctx is the OnLoad context.
+        unsafe { f(ctx, options) };
+    }
+}
+
+/// Every module option this server knows (0 where it cannot tell).
+pub fn module_options_known() -> c_int {
+    match api!(RedisModule_GetModuleOptionsAll) {
+        // SAFETY: takes no arguments.
+        Some(f) => unsafe { f() },
+        None => 0,
+    }
+}
+
+/// The context flags (`REDISMODULE_CTX_FLAGS_*`).
+pub fn context_flags(ctx: Ctx) -> u32 {
+    match api!(RedisModule_GetContextFlags) {
+        // SAFETY: ctx is a live context of the current callback.
+        Some(f) => (unsafe { f(ctx) }) as u32,
+        None => 0,
+    }
+}
+
+/// Whether the server runs in cluster mode.
+pub fn cluster_mode(ctx: Ctx) -> bool {
+    context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0
+}
+
+/// The text reply of `cmd arg` (e.g. `CLUSTER NODES`, `INFO server`) run
+/// through RedisModule_Call; `None` on an error reply.
+pub fn call_text(ctx: Ctx, cmd: &CStr, arg: &CStr) -> Option<String> {
+    let call = api!(RedisModule_Call)?;
+    // SAFETY: the server lock is held; "c" consumes exactly one C string.
+    // The reply is owned (and freed) by CallReply.
+    let reply = CallReply::new(unsafe { call(ctx, cmd.as_ptr(), c"c".as_ptr(), arg.as_ptr()) })?;
+    reply
+        .string()
+        .map(|t| String::from_utf8_lossy(t).into_owned())
+}
+
+/// Whether the server is Valkey (`valkey_version` in `INFO server`).
+pub fn is_valkey(ctx: Ctx) -> bool {
+    valkey_major(ctx).is_some()
+}
+
+/// The major version of a Valkey server (`None` on Redis).
+pub fn valkey_major(ctx: Ctx) -> Option<u32> {
+    let info = call_text(ctx, c"INFO", c"server")?;
+    let v = info
+        .lines()
+        .find_map(|l| l.strip_prefix("valkey_version:"))?;
+    v.trim().split('.').next()?.parse().ok()
+}
+
+/// Calls `f` with the database and name of the key of a `Key` server event
+/// (Redis 7.2+, Valkey): the key about to be unlinked.
+pub fn with_key_event_target(data: *mut c_void, f: impl FnOnce(usize, &[u8])) -> Option<()> {
+    let (name_of, db_of) = (
+        api!(RedisModule_GetKeyNameFromModuleKey)?,
+        api!(RedisModule_GetDbIdFromModuleKey)?,
+    );
+    if data.is_null() {
+        return None;
+    }
+    // SAFETY: for Key events (dataver 1) the server passes a live
+    // RedisModuleKeyInfoV1 whose `key` is an open key, valid for the
+    // callback; its name string lives as long as the key.
+    unsafe {
+        let info = &*data.cast::<raw::RedisModuleKeyInfoV1>();
+        if info.key.is_null() {
+            return None;
+        }
+        let db = db_of(info.key);
+        let name = name_of(info.key);
+        if db < 0 || name.is_null() {
+            return None;
+        }
+        f(db as usize, super::string_bytes(name));
+        Some(())
+    }
+}

@@ -1,0 +1,59 @@
+//! Keys deleted without a keyspace notification: another module's
+//! `RedisModule_DeleteKey` (valkey-io/valkey#4592), or keys the server
+//! drops on its own. The `Key` server event (Redis 7.2+, Valkey) fires for
+//! every key about to be unlinked (deleted, expired, evicted, overwritten),
+//! whoever unlinks it, so it serves as a catch-all: a deleted, expired or
+//! evicted key leaves the index (a later notification re-reads any key that
+//! is re-created); an overwritten one is re-read by the notification of the
+//! write that overwrites it, so only copies of its hash are invalidated.
+
+use crate::index::{Key, Op};
+use crate::{replication, state};
+use redis_module::raw;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+/// The last key whose deletion was logged by a `Key` event or by a
+/// deletion notification: the other of the two, fired for the same deletion
+/// right after, need not log it again. Every other event forgets it (taken
+/// at the start of each handler), so it never outlives that pair.
+/// Main-thread state behind a lock that is only taken when set.
+static LAST_GONE: Mutex<Option<(usize, Key)>> = Mutex::new(None);
+static GONE: AtomicBool = AtomicBool::new(false);
+
+/// Takes the remembered deletion; whether it was `name` in `db`.
+pub fn take_gone(db: usize, name: &[u8]) -> bool {
+    if !GONE.swap(false, Ordering::Acquire) {
+        return false;
+    }
+    let last = LAST_GONE.lock().unwrap_or_else(|e| e.into_inner()).take();
+    last.is_some_and(|(d, k)| d == db && k.as_bytes() == name)
+}
+
+/// Logs that `name` in `db` is gone, unless the other event of the same
+/// deletion just did (`already`), and remembers it for that other event.
+pub fn log_gone(m: &crate::state::Module, db: usize, name: &[u8], already: bool) {
+    if already {
+        return;
+    }
+    m.push(Op::Set(db, Key::new(name), None));
+    *LAST_GONE.lock().unwrap_or_else(|e| e.into_inner()) = Some((db, Key::new(name)));
+    GONE.store(true, Ordering::Release);
+}
+
+/// A `Key` server event about `name` in `db`.
+pub fn on_key_unlinked(subevent: u64, db: usize, name: &[u8]) {
+    // A replica's async load discards keys of its temporary database.
+    if replication::async_loading() {
+        return;
+    }
+    let Some(m) = state::try_get() else { return };
+    let already = take_gone(db, name);
+    m.watches.bump(db, name);
+    match subevent {
+        raw::REDISMODULE_SUBEVENT_KEY_DELETED
+        | raw::REDISMODULE_SUBEVENT_KEY_EXPIRED
+        | raw::REDISMODULE_SUBEVENT_KEY_EVICTED => log_gone(m, db, name, already),
+        _ => {}
+    }
+}

@@ -1,0 +1,385 @@
+//! Cluster topologies: snapscan on every node, and a full SNAPSHOT.SCAN
+//! iteration equal to the node's native SCAN through resharding (MIGRATE
+//! and, on Valkey 9+, CLUSTER MIGRATESLOTS), failover and slot takeover.
+//!
+//! The heavy topology cases (replicas, writes during resharding, failover)
+//! run on redis-7.0 and valkey-9.1 only (see [`heavy`]); the others run on
+//! every server.
+mod common;
+
+use common::cluster::*;
+use common::*;
+use redis::{FromRedisValue, Value};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// Whether the heavy topology cases run on this server: on redis-7.0 and
+/// valkey-9.1 (the oldest and newest servers), on any server when run
+/// outside `scripts/test.sh`, or everywhere with `SNAPSCAN_TOPOLOGY=all`.
+fn heavy(test: &str) -> bool {
+    let name = std::env::var("SNAPSCAN_SERVER_NAME").unwrap_or_default();
+    let run = name.is_empty()
+        || matches!(name.as_str(), "redis-7.0" | "valkey-9.1")
+        || std::env::var("SNAPSCAN_TOPOLOGY").as_deref() == Ok("all");
+    if !run {
+        eprintln!("{test}: heavy topology case skipped on {name} (runs on redis-7.0 and valkey-9.1; SNAPSCAN_TOPOLOGY=all runs it everywhere)");
+    }
+    run
+}
+
+fn index_keys(s: &Server) -> u64 {
+    let info = cmd_str(&mut s.client(), &["INFO", "snapshot"]);
+    info_field(&info, "snapshot_index_keys")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn dbsize(s: &Server) -> u64 {
+    query(&mut s.client(), &["DBSIZE"]).expect("DBSIZE")
+}
+
+fn info_u64(s: &Server, field: &str) -> u64 {
+    let info = cmd_str(&mut s.client(), &["INFO", "snapshot"]);
+    info_field(&info, field)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Slots owned by node `i` according to node 0.
+fn slots_of(c: &Cluster, i: usize) -> Vec<u16> {
+    let owners = slot_owners(&mut c.nodes[0].client());
+    (0..SLOTS)
+        .filter(|&s| owners[s as usize] == c.id(i))
+        .collect()
+}
+
+#[test]
+fn every_node_runs_snapscan_and_scans_exactly_with_hashtag_prefix_seeks() {
+    let replicas = usize::from(heavy("replicas in the creation test"));
+    let c = Cluster::start(3, replicas);
+    for (i, n) in c.nodes.iter().enumerate() {
+        let mods = module_names(&mut n.client());
+        assert!(mods.iter().any(|m| m == "snapshot"), "node {i}: {mods:?}");
+    }
+    let mut cc = c.client();
+    fill(&mut cc, "key:", 3000);
+    for i in 0..50 {
+        cc.set(&format!("{{user42}}:{i}"), "v");
+        cc.set(&format!("user42:{i}"), "v");
+    }
+    c.assert_exact_everywhere("after loading 3,100 keys");
+    // Every primary holds part of the keys.
+    for p in 0..c.primaries {
+        assert!(dbsize(&c.nodes[p]) > 500, "primary {p} holds too few keys");
+    }
+    // `{user42}:*`: every key with the prefix is in one slot, and the walk
+    // stays a seek (examines only the 50 keys with the prefix).
+    let owner = c.owner(key_slot(b"{user42}:"));
+    let n = &c.nodes[owner];
+    let before = info_u64(n, "snapshot_entries_examined");
+    let got = full_scan(
+        &mut n.client(),
+        "SNAPSHOT.SCAN",
+        &["MATCH", "{user42}:*", "COUNT", "1000"],
+    );
+    let examined = info_u64(n, "snapshot_entries_examined") - before;
+    assert_eq!(got.len(), 50, "{{user42}}:* keys on their owner");
+    assert!(
+        examined <= 51,
+        "a hashtag prefix is a seek: {examined} entries examined for 50 keys"
+    );
+    // Another node holds none of them.
+    let other = &c.nodes[(owner + 1) % c.primaries];
+    let before = info_u64(other, "snapshot_entries_examined");
+    let none = full_scan(
+        &mut other.client(),
+        "SNAPSHOT.SCAN",
+        &["MATCH", "{user42}:*"],
+    );
+    assert!(none.is_empty(), "{{user42}}:* on a node without its slot");
+    assert_eq!(
+        info_u64(other, "snapshot_entries_examined"),
+        before,
+        "a node without the hashtag's slot checks no key"
+    );
+}
+
+/// A primary whose slot is claimed by another node (SETSLOT NODE + epoch
+/// bump) drops that slot's keys; Redis 7.0 does so without any notification.
+/// The index purges them too.
+#[test]
+fn a_slot_taken_over_by_another_node_leaves_nothing_in_the_index() {
+    let c = Cluster::start(3, 0);
+    let slot = slots_of(&c, 0)[100];
+    let keys = keys_in_slot(slot, 26);
+    let mut cc = c.client();
+    for k in &keys {
+        cc.set(k, "v");
+    }
+    fill(&mut cc, "other:", 300);
+    c.assert_exact_everywhere("before the takeover");
+    let before = dbsize(&c.nodes[0]);
+    let mut c1 = c.nodes[1].client();
+    let _: () = query(
+        &mut c1,
+        &["CLUSTER", "SETSLOT", &slot.to_string(), "NODE", c.id(1)],
+    )
+    .expect("SETSLOT NODE");
+    let _: Value = query(&mut c1, &["CLUSTER", "BUMPEPOCH"]).expect("BUMPEPOCH");
+    wait_until("node 0 lost the slot", TOPOLOGY_TIMEOUT, || {
+        slot_owners(&mut c.nodes[0].client())[slot as usize] == c.id(1)
+    });
+    wait_until("node 0 dropped the keys", TOPOLOGY_TIMEOUT, || {
+        dbsize(&c.nodes[0]) == before - keys.len() as u64
+    });
+    assert_exact(&c.nodes[0], "the old owner after the takeover");
+    // Purged from the index itself, not only hidden.
+    wait_until("index purged", Duration::from_secs(5), || {
+        index_keys(&c.nodes[0]) == dbsize(&c.nodes[0])
+    });
+    c.assert_exact_everywhere("after the takeover");
+}
+
+/// Legacy resharding (SETSLOT IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE)
+/// of 3 slots under writes: exact on both ends mid-migration (writes
+/// paused) and after.
+#[test]
+fn migrate_based_resharding_under_writes() {
+    if !heavy("migrate_based_resharding_under_writes") {
+        return;
+    }
+    let c = Cluster::start(3, 1);
+    let slots: Vec<u16> = slots_of(&c, 0)[..3].to_vec();
+    let keys: Vec<String> = slots.iter().flat_map(|&s| keys_in_slot(s, 40)).collect();
+    let mut cc = c.client();
+    for k in &keys {
+        cc.set(k, "v");
+    }
+    fill(&mut cc, "bg:", 1000);
+    let (src, dst) = (&c.nodes[0], &c.nodes[1]);
+    let (mut cs, mut cd) = (src.client(), dst.client());
+    let mut writer = Writer::start(&c, keys.clone(), 7);
+    for (i, &slot) in slots.iter().enumerate() {
+        let s = slot.to_string();
+        let _: () = query(&mut cd, &["CLUSTER", "SETSLOT", &s, "IMPORTING", c.id(0)]).unwrap();
+        let _: () = query(&mut cs, &["CLUSTER", "SETSLOT", &s, "MIGRATING", c.id(1)]).unwrap();
+        for round in 0..100 {
+            let batch: Vec<String> =
+                query(&mut cs, &["CLUSTER", "GETKEYSINSLOT", &s, "7"]).unwrap();
+            if batch.is_empty() {
+                break;
+            }
+            let mut args = vec![
+                "MIGRATE".to_string(),
+                "127.0.0.1".into(),
+                dst.port().to_string(),
+                String::new(),
+                "0".into(),
+                "5000".into(),
+                "REPLACE".into(),
+                "KEYS".into(),
+            ];
+            args.extend(batch);
+            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            let _: Value = query(&mut cs, &refs).expect("MIGRATE");
+            if i == 1 && round == 1 {
+                // Mid-migration, writes paused: both ends exact (the
+                // target shows the keys it imported, as SCAN does).
+                writer.stop();
+                wait_until("replicas in sync", TOPOLOGY_TIMEOUT, || {
+                    c.replicas_in_sync()
+                });
+                assert_exact(src, "source mid-migration");
+                assert_exact(dst, "target mid-migration");
+                writer = Writer::start(&c, keys.clone(), 8);
+            }
+        }
+        for n in [&mut cd, &mut cs] {
+            let _: () = query(n, &["CLUSTER", "SETSLOT", &s, "NODE", c.id(1)]).unwrap();
+        }
+    }
+    let writes = writer.stop();
+    assert!(writes > 0, "the writer wrote");
+    c.wait_stable();
+    c.assert_exact_everywhere("after resharding under writes");
+    assert!(slots.iter().all(|&s| c.owner(s) == 1));
+}
+
+/// `CLUSTER GETSLOTMIGRATIONS` on `node`: one map per migration.
+fn migrations(node: &Server) -> Vec<HashMap<String, String>> {
+    let v: Vec<Value> = query(&mut node.client(), &["CLUSTER", "GETSLOTMIGRATIONS"]).unwrap();
+    v.into_iter()
+        .map(|m| {
+            let items: Vec<Value> = match m {
+                Value::Array(a) => a,
+                Value::Map(kv) => kv.into_iter().flat_map(|(k, v)| [k, v]).collect(),
+                _ => Vec::new(),
+            };
+            items
+                .chunks(2)
+                .filter_map(|kv| {
+                    let k = String::from_redis_value(&kv[0]).ok()?;
+                    let v = String::from_redis_value(&kv[1]).unwrap_or_default();
+                    Some((k, v))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Waits until the migration of `range` (as "a-b") on `node` is in `state`.
+fn wait_migration(node: &Server, range: &str, states: &[&str]) {
+    wait_until(
+        &format!("migration {range} in {states:?}"),
+        TOPOLOGY_TIMEOUT,
+        || {
+            migrations(node).iter().any(|m| {
+                m.get("slot_ranges").map(String::as_str) == Some(range)
+                    && states.contains(&m.get("state").map_or("", String::as_str))
+            })
+        },
+    );
+}
+
+/// Atomic slot migration (Valkey 9+): not refused with snapscan loaded;
+/// mid-import the target hides the importing keys (as SCAN does) though it
+/// has indexed them; after completion both ends are exact; a cancelled
+/// import leaves nothing in the target's index.
+#[test]
+fn atomic_slot_migration_mid_import_completion_and_cancel() {
+    let probe = Server::start_with(ServerOpts::without_module());
+    if !has_atomic_slot_migration(&probe) {
+        eprintln!(
+            "skipped: no CLUSTER MIGRATESLOTS on {}",
+            Server::server_name()
+        );
+        return;
+    }
+    drop(probe);
+    let c = Cluster::start(3, 0);
+    let (src, dst) = (&c.nodes[0], &c.nodes[1]);
+    let own = slots_of(&c, 0);
+    let (a, b) = (own[0], own[199]);
+    let range = format!("{a}-{b}");
+    let keys: Vec<String> = (a..=b)
+        .step_by(10)
+        .flat_map(|s| keys_in_slot(s, 5))
+        .collect();
+    let mut cc = c.client();
+    for k in &keys {
+        cc.set(k, "v");
+    }
+    fill(&mut cc, "bg:", 1000);
+    let dst_before = dbsize(dst);
+    let _: () = query(
+        &mut src.client(),
+        &["DEBUG", "SLOTMIGRATION", "PREVENT-PAUSE", "1"],
+    )
+    .unwrap();
+    let writer = Writer::start(&c, keys.clone(), 11);
+    let _: Value = query(
+        &mut src.client(),
+        &[
+            "CLUSTER",
+            "MIGRATESLOTS",
+            "SLOTSRANGE",
+            &a.to_string(),
+            &b.to_string(),
+            "NODE",
+            c.id(1),
+        ],
+    )
+    .expect("CLUSTER MIGRATESLOTS is not refused with snapscan loaded");
+    wait_migration(src, &range, &["waiting-to-pause"]);
+    assert!(writer.stop() > 0);
+    // Mid-import: the target indexed the importing keys but shows none.
+    wait_until("target received the keys", TOPOLOGY_TIMEOUT, || {
+        index_keys(dst) > dst_before
+    });
+    assert_eq!(dbsize(dst), dst_before, "DBSIZE hides importing keys");
+    assert_exact(dst, "target mid-import");
+    assert_exact(src, "source mid-import");
+    let _: () = query(
+        &mut src.client(),
+        &["DEBUG", "SLOTMIGRATION", "PREVENT-PAUSE", "0"],
+    )
+    .unwrap();
+    wait_migration(src, &range, &["success"]);
+    c.wait_stable();
+    assert!(dbsize(dst) > dst_before, "the target has the slots' keys");
+    c.assert_exact_everywhere("after the import completed");
+    wait_until("source index purged", Duration::from_secs(5), || {
+        index_keys(src) == dbsize(src)
+    });
+
+    // Cancelled import: from node 1 back to node 2.
+    let dst2 = &c.nodes[2];
+    let before2 = dbsize(dst2);
+    let _: () = query(
+        &mut dst.client(),
+        &["DEBUG", "SLOTMIGRATION", "PREVENT-PAUSE", "1"],
+    )
+    .unwrap();
+    let _: Value = query(
+        &mut dst.client(),
+        &[
+            "CLUSTER",
+            "MIGRATESLOTS",
+            "SLOTSRANGE",
+            &a.to_string(),
+            &b.to_string(),
+            "NODE",
+            c.id(2),
+        ],
+    )
+    .expect("CLUSTER MIGRATESLOTS");
+    wait_migration(dst, &range, &["waiting-to-pause"]);
+    wait_until("node 2 received the keys", TOPOLOGY_TIMEOUT, || {
+        index_keys(dst2) > before2
+    });
+    assert_exact(dst2, "target of the import to cancel");
+    let _: Value = query(&mut dst.client(), &["CLUSTER", "CANCELSLOTMIGRATIONS"]).unwrap();
+    wait_migration(dst, &range, &["cancelled", "failed"]);
+    let _: () = query(
+        &mut dst.client(),
+        &["DEBUG", "SLOTMIGRATION", "PREVENT-PAUSE", "0"],
+    )
+    .unwrap();
+    wait_until("cancelled import purged", Duration::from_secs(5), || {
+        index_keys(dst2) == before2
+    });
+    assert_eq!(dbsize(dst2), before2);
+    c.assert_exact_everywhere("after the cancelled import");
+}
+
+/// A replica takes over its primary (CLUSTER FAILOVER) under writes.
+#[test]
+fn failover_under_writes_keeps_every_node_exact() {
+    if !heavy("failover_under_writes_keeps_every_node_exact") {
+        return;
+    }
+    let c = Cluster::start(3, 1);
+    let mut cc = c.client();
+    fill(&mut cc, "k:", 2000);
+    let keys: Vec<String> = (0..300).map(|i| format!("w:{i}")).collect();
+    let writer = Writer::start(&c, keys, 3);
+    // Node 3 is node 0's replica. A manual failover the primary never hears
+    // of (its cluster-bus link was not up yet) lapses after 5 s: ask again.
+    let mut asked: Option<Instant> = None;
+    wait_until("replica promoted", Duration::from_secs(40), || {
+        let info = cmd_str(&mut c.nodes[3].client(), &["INFO", "replication"]);
+        if info_field(&info, "role").as_deref() == Some("master") {
+            return true;
+        }
+        if asked.is_none_or(|t| t.elapsed() > Duration::from_secs(6)) {
+            let _: () =
+                query(&mut c.nodes[3].client(), &["CLUSTER", "FAILOVER"]).expect("FAILOVER");
+            asked = Some(Instant::now());
+        }
+        false
+    });
+    assert!(writer.stop() > 0);
+    c.wait_stable();
+    c.assert_exact_everywhere("after failover");
+    assert!(c.current_primaries().contains(&3));
+}

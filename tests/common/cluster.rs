@@ -1,0 +1,420 @@
+//! Cluster harness: a cluster of real servers on 127.0.0.1 (ports chosen at
+//! run time, one temp dir each), every node with the module loaded, and a
+//! small cluster-aware client that follows MOVED/ASK redirections.
+//!
+//! Usage: `mod common; use common::cluster::*;` then
+//! `let c = Cluster::start(3, 0); c.write_keys(...); c.assert_exact_everywhere();`
+#![allow(dead_code)]
+
+use super::*;
+use std::collections::HashMap;
+
+pub const SLOTS: u16 = 16384;
+/// Longest wait for the cluster to agree on its topology.
+pub const TOPOLOGY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// CRC16/XMODEM of the hashtag rule (`CLUSTER KEYSLOT`).
+pub fn key_slot(key: &[u8]) -> u16 {
+    let mut k = key;
+    if let Some(open) = key.iter().position(|&b| b == b'{') {
+        if let Some(len) = key[open + 1..].iter().position(|&b| b == b'}') {
+            if len > 0 {
+                k = &key[open + 1..open + 1 + len];
+            }
+        }
+    }
+    let mut crc: u16 = 0;
+    for &b in k {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % SLOTS
+}
+
+/// Options of every cluster node (the module loaded, cluster mode on).
+pub fn node_opts() -> ServerOpts {
+    ServerOpts::new()
+        .config("cluster-enabled", "yes")
+        .config("cluster-node-timeout", "3000")
+        // Writes to the other nodes' slots keep working while one is down.
+        .config("cluster-require-full-coverage", "no")
+}
+
+pub struct Cluster {
+    /// Primaries first (`0..primaries`), then replicas.
+    pub nodes: Vec<Server>,
+    pub primaries: usize,
+    ids: Vec<String>,
+}
+
+impl Cluster {
+    /// `primaries` primaries sharing the slots evenly, each with `replicas`
+    /// replicas; returns once every node sees the whole topology.
+    pub fn start(primaries: usize, replicas: usize) -> Cluster {
+        Cluster::start_with(primaries, replicas, node_opts())
+    }
+
+    pub fn start_with(primaries: usize, replicas: usize, opts: ServerOpts) -> Cluster {
+        let total = primaries * (1 + replicas);
+        let nodes: Vec<Server> = (0..total)
+            .map(|_| Server::start_with(opts.clone()))
+            .collect();
+        let ids: Vec<String> = nodes
+            .iter()
+            .map(|n| cmd_str(&mut n.client(), &["CLUSTER", "MYID"]))
+            .collect();
+        let per = SLOTS as usize / primaries;
+        for (i, n) in nodes.iter().take(primaries).enumerate() {
+            let first = i * per;
+            let last = if i + 1 == primaries {
+                SLOTS as usize - 1
+            } else {
+                first + per - 1
+            };
+            let _: () = query(
+                &mut n.client(),
+                &[
+                    "CLUSTER",
+                    "ADDSLOTSRANGE",
+                    &first.to_string(),
+                    &last.to_string(),
+                ],
+            )
+            .expect("ADDSLOTSRANGE");
+        }
+        let mut c0 = nodes[0].client();
+        for n in &nodes[1..] {
+            let _: () = query(
+                &mut c0,
+                &["CLUSTER", "MEET", "127.0.0.1", &n.port().to_string()],
+            )
+            .expect("CLUSTER MEET");
+        }
+        let cluster = Cluster {
+            nodes,
+            primaries,
+            ids,
+        };
+        cluster.wait_all_known();
+        for r in 0..primaries * replicas {
+            let node = primaries + r;
+            let primary = r % primaries;
+            let id = cluster.ids[primary].clone();
+            let mut c = cluster.nodes[node].client();
+            wait_until("replica attached", TOPOLOGY_TIMEOUT, || {
+                query::<()>(&mut c, &["CLUSTER", "REPLICATE", &id]).is_ok()
+            });
+        }
+        cluster.wait_stable();
+        cluster
+    }
+
+    pub fn id(&self, node: usize) -> &str {
+        &self.ids[node]
+    }
+
+    /// Waits until every node lists every other node.
+    fn wait_all_known(&self) {
+        for n in &self.nodes {
+            let mut c = n.client();
+            wait_until("every node known", TOPOLOGY_TIMEOUT, || {
+                let nodes = cmd_str(&mut c, &["CLUSTER", "NODES"]);
+                self.ids.iter().all(|id| nodes.contains(id.as_str()))
+                    && !nodes.contains("handshake")
+            });
+        }
+    }
+
+    /// Waits until every node says `cluster_state:ok`, agrees on the owner
+    /// of every slot with node 0, and every replica is in sync.
+    pub fn wait_stable(&self) {
+        let reference = || slot_owners(&mut self.nodes[0].client());
+        wait_until("cluster stable", TOPOLOGY_TIMEOUT, || {
+            let want = reference();
+            self.nodes.iter().all(|n| {
+                let mut c = n.client();
+                let info = cmd_str(&mut c, &["CLUSTER", "INFO"]);
+                info_field(&info, "cluster_state").as_deref() == Some("ok")
+                    && slot_owners(&mut c) == want
+            }) && self.replicas_in_sync()
+        });
+    }
+
+    /// Whether every replica's link is up and it has its primary's offset.
+    pub fn replicas_in_sync(&self) -> bool {
+        self.nodes.iter().all(|n| {
+            let info = cmd_str(&mut n.client(), &["INFO", "replication"]);
+            if info_field(&info, "role").as_deref() != Some("slave") {
+                return true;
+            }
+            if info_field(&info, "master_link_status").as_deref() != Some("up") {
+                return false;
+            }
+            let port = info_field(&info, "master_port").unwrap_or_default();
+            let Some(primary) = self.nodes.iter().find(|p| p.port().to_string() == port) else {
+                return false;
+            };
+            let pinfo = cmd_str(&mut primary.client(), &["INFO", "replication"]);
+            info_field(&pinfo, "master_repl_offset") == info_field(&info, "slave_repl_offset")
+        })
+    }
+
+    /// Index of the node that owns `slot` according to node 0.
+    pub fn owner(&self, slot: u16) -> usize {
+        let owners = slot_owners(&mut self.nodes[0].client());
+        let id = &owners[slot as usize];
+        self.ids
+            .iter()
+            .position(|i| i == id)
+            .expect("slot owner is a cluster node")
+    }
+
+    /// A cluster-aware client over this cluster's nodes.
+    pub fn client(&self) -> ClusterClient {
+        ClusterClient {
+            ports: self.nodes.iter().map(|n| n.port()).collect(),
+            cons: HashMap::new(),
+        }
+    }
+
+    /// Node indexes that are primaries now (after failovers too).
+    pub fn current_primaries(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| {
+                let info = cmd_str(&mut self.nodes[i].client(), &["INFO", "replication"]);
+                info_field(&info, "role").as_deref() == Some("master")
+            })
+            .collect()
+    }
+
+    /// Asserts, on every node, that a full SNAPSHOT.SCAN iteration returns
+    /// exactly the node's native SCAN (waiting for replicas to catch up).
+    pub fn assert_exact_everywhere(&self, what: &str) {
+        wait_until("replicas in sync", TOPOLOGY_TIMEOUT, || {
+            self.replicas_in_sync()
+        });
+        for (i, n) in self.nodes.iter().enumerate() {
+            assert_exact(n, &format!("{what}, node {i}"));
+        }
+    }
+}
+
+/// The owner id of every slot, from `CLUSTER SLOTS` (empty when unowned).
+pub fn slot_owners(con: &mut Connection) -> Vec<String> {
+    let mut owners = vec![String::new(); SLOTS as usize];
+    let slots: Vec<Value> = query(con, &["CLUSTER", "SLOTS"]).expect("CLUSTER SLOTS");
+    for range in slots {
+        let Value::Array(parts) = range else { continue };
+        if parts.len() < 3 {
+            continue;
+        }
+        let first: u16 = FromRedisValue::from_redis_value(&parts[0]).unwrap();
+        let last: u16 = FromRedisValue::from_redis_value(&parts[1]).unwrap();
+        let Value::Array(primary) = &parts[2] else {
+            continue;
+        };
+        let id: String = primary
+            .get(2)
+            .map(|v| FromRedisValue::from_redis_value(v).unwrap())
+            .unwrap_or_default();
+        for s in first..=last {
+            owners[s as usize] = id.clone();
+        }
+    }
+    owners
+}
+
+/// A full SNAPSHOT.SCAN iteration (COUNT 1000), sorted.
+pub fn snapshot_keys(con: &mut Connection) -> Vec<Vec<u8>> {
+    sorted(&full_scan(con, "SNAPSHOT.SCAN", &["COUNT", "1000"]))
+}
+
+/// A full native SCAN iteration, sorted and deduplicated.
+pub fn native_keys(con: &mut Connection) -> Vec<Vec<u8>> {
+    let mut v = sorted(&full_scan(con, "SCAN", &["COUNT", "1000"]));
+    v.dedup();
+    v
+}
+
+/// Asserts that a full SNAPSHOT.SCAN iteration on `node` returns exactly
+/// what its native SCAN returns, with the keyspace quiet. Slot changes
+/// reach the module at the next server cron tick, so this polls (bounded)
+/// before failing with the difference.
+pub fn assert_exact(node: &Server, what: &str) {
+    let mut c = node.client();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let native = native_keys(&mut c);
+        let snap = snapshot_keys(&mut c);
+        if snap == native {
+            return;
+        }
+        if Instant::now() > deadline {
+            let extra: Vec<String> = snap
+                .iter()
+                .filter(|k| native.binary_search(k).is_err())
+                .take(10)
+                .map(|k| show(k))
+                .collect();
+            let missing: Vec<String> = native
+                .iter()
+                .filter(|k| snap.binary_search(k).is_err())
+                .take(10)
+                .map(|k| show(k))
+                .collect();
+            panic!(
+                "{what}: SNAPSHOT.SCAN has {} keys, SCAN {}; extra {extra:?}, missing {missing:?}",
+                snap.len(),
+                native.len()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A client of the whole cluster: sends a command to the node that owns
+/// its key's slot (per a table refreshed on MOVED), follows ASK.
+pub struct ClusterClient {
+    ports: Vec<u16>,
+    cons: HashMap<u16, Connection>,
+}
+
+impl ClusterClient {
+    fn con(&mut self, port: u16) -> &mut Connection {
+        self.cons.entry(port).or_insert_with(|| {
+            let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+            let con = client
+                .get_connection_with_timeout(CLIENT_TIMEOUT)
+                .expect("connect");
+            con.set_read_timeout(Some(CLIENT_TIMEOUT)).unwrap();
+            con
+        })
+    }
+
+    /// Runs `args` (whose key is `key`) on the right node; returns the
+    /// reply, following up to 5 redirections.
+    pub fn run(&mut self, key: &[u8], args: &[&[u8]]) -> RedisResult<Value> {
+        let mut port = self.ports[key_slot(key) as usize % self.ports.len()];
+        let mut asking = false;
+        let mut last = None;
+        for _ in 0..6 {
+            let con = self.con(port);
+            if asking {
+                let _: RedisResult<Value> = redis::cmd("ASKING").query(con);
+            }
+            let mut cmd = redis::cmd(std::str::from_utf8(args[0]).unwrap());
+            for a in &args[1..] {
+                cmd.arg(*a);
+            }
+            match cmd.query::<Value>(con) {
+                Ok(v) => return Ok(v),
+                Err(e) => {
+                    let code = e.code().unwrap_or("").to_string();
+                    let target = e
+                        .redirect_node()
+                        .and_then(|(addr, _)| addr.rsplit(':').next()?.parse::<u16>().ok());
+                    match (code.as_str(), target) {
+                        ("MOVED", Some(p)) => {
+                            port = p;
+                            asking = false;
+                        }
+                        ("ASK", Some(p)) => {
+                            port = p;
+                            asking = true;
+                        }
+                        ("TRYAGAIN" | "CLUSTERDOWN", _) => {
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                        _ => return Err(e),
+                    }
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.expect("a redirection"))
+    }
+
+    pub fn set(&mut self, key: &str, value: &str) {
+        self.run(key.as_bytes(), &[b"SET", key.as_bytes(), value.as_bytes()])
+            .unwrap_or_else(|e| panic!("SET {key}: {e}"));
+    }
+
+    pub fn del(&mut self, key: &str) {
+        self.run(key.as_bytes(), &[b"DEL", key.as_bytes()])
+            .unwrap_or_else(|e| panic!("DEL {key}: {e}"));
+    }
+}
+
+/// Writes `n` keys `{prefix}<i>` spread over every slot, through `cc`.
+pub fn fill(cc: &mut ClusterClient, prefix: &str, n: usize) {
+    for i in 0..n {
+        cc.set(&format!("{prefix}{i}"), "v");
+    }
+}
+
+/// A writer thread: sets and deletes keys of `slots` (names from
+/// [`key_in_slot`]) until stopped; returns the number of writes.
+pub struct Writer {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handle: Option<std::thread::JoinHandle<usize>>,
+}
+
+impl Writer {
+    pub fn start(cluster: &Cluster, keys: Vec<String>, seed: u64) -> Writer {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s2 = stop.clone();
+        let mut cc = cluster.client();
+        let handle = std::thread::spawn(move || {
+            let mut rng = Rng(seed);
+            let mut n = 0;
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !s2.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline {
+                let k = rng.pick(&keys).clone();
+                if rng.chance(1, 4) {
+                    let _ = cc.run(k.as_bytes(), &[b"DEL", k.as_bytes()]);
+                } else {
+                    let _ = cc.run(k.as_bytes(), &[b"SET", k.as_bytes(), b"w"]);
+                }
+                n += 1;
+            }
+            n
+        });
+        Writer {
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    /// Stops the writer; returns how many writes it made.
+    pub fn stop(mut self) -> usize {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.handle.take().map_or(0, |h| h.join().expect("writer"))
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// `count` key names whose slot is `slot` (`{tag}:<i>` with a tag found by
+/// search).
+pub fn keys_in_slot(slot: u16, count: usize) -> Vec<String> {
+    let tag = (0u64..)
+        .map(|i| format!("t{i}"))
+        .find(|t| key_slot(t.as_bytes()) == slot)
+        .expect("a tag for every slot");
+    (0..count).map(|i| format!("{{{tag}}}:{i}")).collect()
+}
+
+/// Whether the server has `CLUSTER MIGRATESLOTS` (Valkey 9+).
+pub fn has_atomic_slot_migration(s: &Server) -> bool {
+    s.is_valkey() && s.version().0 >= 9
+}
