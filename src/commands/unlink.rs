@@ -301,7 +301,7 @@ impl Task {
                 continue;
             }
             let deleting = self.tracking.deleting();
-            let r = server::unlink(ctx, &names);
+            let r = unlink_names(ctx, names);
             drop(deleting);
             match r {
                 Ok(n) => {
@@ -333,6 +333,25 @@ impl Task {
 }
 
 /// SNAPSHOT.UNLINK figures for INFO.
+/// `UNLINK`s `names` through the server. In cluster mode one call per
+/// hash slot: the server refuses a multi-key call across slots (CROSSSLOT).
+fn unlink_names(ctx: Ctx, names: Vec<OwnedString>) -> Result<u64, String> {
+    if !ffi::server::cluster_mode(ctx) {
+        return server::unlink(ctx, &names);
+    }
+    let mut by_slot: Vec<(u16, OwnedString)> = names
+        .into_iter()
+        .map(|n| (crate::slot::key_slot(ffi::string_bytes(n.ptr())), n))
+        .collect();
+    by_slot.sort_by_key(|(slot, _)| *slot);
+    let mut total = 0;
+    for run in by_slot.chunk_by(|a, b| a.0 == b.0) {
+        let run: Vec<&OwnedString> = run.iter().map(|(_, n)| n).collect();
+        total += server::unlink_refs(ctx, &run)?;
+    }
+    Ok(total)
+}
+
 pub fn info_figures(m: &Module) -> [(&'static str, u64); 9] {
     let s = &m.watches.touched.stats;
     let get = |a: &AtomicU64| a.load(Ordering::Relaxed);

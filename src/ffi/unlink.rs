@@ -85,8 +85,13 @@ impl Drop for User {
 /// propagated to replicas and the AOF like the client's own command would
 /// be; returns how many keys it removed.
 pub fn unlink(ctx: Ctx, keys: &[OwnedString]) -> Result<u64, String> {
+    unlink_refs(ctx, &keys.iter().collect::<Vec<_>>())
+}
+
+/// [`unlink`] of borrowed names.
+pub fn unlink_refs(ctx: Ctx, keys: &[&OwnedString]) -> Result<u64, String> {
     let call = api!(RedisModule_Call).ok_or("no RM_Call")?;
-    let mut argv: Vec<*mut raw::RedisModuleString> = keys.iter().map(OwnedString::ptr).collect();
+    let mut argv: Vec<*mut raw::RedisModuleString> = keys.iter().map(|k| k.ptr()).collect();
     // SAFETY: main thread (a timer callback); "!v" consumes an array of
     // live strings and its length, exactly as passed.
     let r = unsafe {
