@@ -11,10 +11,9 @@
 
 use crate::config;
 use crate::ffi::thread_ctx::Detached;
-use crate::ffi::{self, api, keys, mainloop, Ctx};
+use crate::ffi::{self, api, keys, mainloop, scan, Ctx};
 use crate::state::{self, Module};
 use redis_module::raw;
-use std::os::raw::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -106,31 +105,28 @@ struct SliceState<'a> {
     seen: u64,
 }
 
-extern "C" fn on_scanned(
-    ctx: *mut raw::RedisModuleCtx,
+/// One key of a slice (a panic here is caught by [`scan::Cursor::scan`]).
+fn on_scanned(
+    st: &mut SliceState,
+    ctx: Ctx,
     keyname: *mut raw::RedisModuleString,
     key: *mut raw::RedisModuleKey,
-    privdata: *mut c_void,
 ) {
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        // SAFETY: privdata is the &mut SliceState passed to RedisModule_Scan
-        // by `Walk::step` on this very thread, alive for the whole call.
-        let st = unsafe { &mut *privdata.cast::<SliceState>() };
-        st.seen += 1;
-        let found = match (key.is_null(), api!(RedisModule_KeyType)) {
-            (false, Some(kt)) => keys::probe_open(ctx, keyname, key, kt),
-            _ => keys::probe(ctx, keyname),
-        };
-        crate::events::apply(st.m, st.db, ffi::string_bytes(keyname), found);
-    }));
+    st.seen += 1;
+    let found = match (key.is_null(), api!(RedisModule_KeyType)) {
+        (false, Some(kt)) => keys::probe_open(ctx, keyname, key, kt),
+        _ => keys::probe(ctx, keyname),
+    };
+    crate::events::apply(st.m, st.db, ffi::string_bytes(keyname), found);
 }
 
 /// The state of a walk over every database, advanced one slice per turn of
 /// the event loop on the main thread.
 struct Walk {
+    /// Declared first: destroyed before `tctx` is freed.
+    cursor: scan::Cursor,
     /// A context of our own to select databases on (main thread only).
     tctx: Detached,
-    cursor: *mut raw::RedisModuleScanCursor,
     db: usize,
     epoch: u64,
     restarts: u32,
@@ -138,13 +134,11 @@ struct Walk {
 
 impl Walk {
     fn new() -> Option<Self> {
-        let create = api!(RedisModule_ScanCursorCreate)?;
+        let cursor = scan::Cursor::new()?;
         let tctx = Detached::new()?;
-        // SAFETY: creates a cursor destroyed in Drop.
-        let cursor = unsafe { create() };
         let mut w = Walk {
-            tctx,
             cursor,
+            tctx,
             db: 0,
             epoch: 0,
             restarts: 0,
@@ -157,10 +151,7 @@ impl Walk {
     fn restart(&mut self) {
         self.epoch = EPOCH.load(Ordering::SeqCst);
         self.db = 0;
-        if let Some(f) = api!(RedisModule_ScanCursorRestart) {
-            // SAFETY: the cursor is live.
-            unsafe { f(self.cursor) };
-        }
+        self.cursor.restart();
         let ctx = self.tctx.ctx();
         let databases = state::try_get().map_or(1, |m| m.databases);
         let total: u64 = (0..databases)
@@ -176,11 +167,7 @@ impl Walk {
     /// One slice: at most `snapshot.backfill-batch` keys or 1 ms.
     /// Returns whether more slices are needed.
     fn step(&mut self) -> bool {
-        let (Some(m), Some(scan), Some(restart_cursor)) = (
-            state::try_get(),
-            api!(RedisModule_Scan),
-            api!(RedisModule_ScanCursorRestart),
-        ) else {
+        let (Some(m), true) = (state::try_get(), scan::available()) else {
             return false;
         };
         if EPOCH.load(Ordering::SeqCst) != self.epoch {
@@ -206,34 +193,18 @@ impl Walk {
         let batch = config::get(&config::BACKFILL_BATCH).max(1) as u64;
         let mut more = true;
         while more && st.seen < batch && started.elapsed() < SLICE_TIME {
-            // SAFETY: main thread (server lock held); cursor and ctx are
-            // live; the callback only uses `st` during this call.
-            more = unsafe {
-                scan(
-                    ctx,
-                    self.cursor,
-                    Some(on_scanned),
-                    (&mut st as *mut SliceState).cast(),
-                )
-            } != 0;
+            more = self.cursor.scan(ctx, |ctx, keyname, key| {
+                on_scanned(&mut st, ctx, keyname, key)
+            });
         }
         LONGEST_HOLD_US.fetch_max(started.elapsed().as_micros() as u64, Ordering::Relaxed);
         ffi::latency::report(ffi::latency::Event::Backfill, started);
         SCANNED.fetch_add(st.seen, Ordering::Relaxed);
         if !more {
             self.db += 1;
-            // SAFETY: the cursor is live; restart it for the next database.
-            unsafe { restart_cursor(self.cursor) };
+            // Restart the cursor for the next database.
+            self.cursor.restart();
         }
         self.db < m.databases
-    }
-}
-
-impl Drop for Walk {
-    fn drop(&mut self) {
-        if let Some(f) = api!(RedisModule_ScanCursorDestroy) {
-            // SAFETY: destroys the cursor created in `new`, once.
-            unsafe { f(self.cursor) };
-        }
     }
 }

@@ -14,8 +14,9 @@
 //! another database, so the key is re-read in every database.
 
 use crate::backfill;
+use crate::ffi::subscribe::{self as sub, event_name};
 use crate::ffi::thread_ctx::Detached;
-use crate::ffi::{self, api, keys, Ctx};
+use crate::ffi::{self, keys, Ctx};
 use crate::index::{Key, Meta, Op, TypeNames};
 use crate::state::{self, Module};
 use redis_module::raw;
@@ -25,12 +26,9 @@ use std::sync::Mutex;
 
 /// The context used to read keys in any database on the main thread. A
 /// detached context has a client of its own: selecting a database on it
-/// never touches a real client.
-struct ProbeCtx(Detached);
-// SAFETY: only used on the main thread (or a thread holding the server
-// lock) through the PROBE mutex, never concurrently.
-unsafe impl Sync for ProbeCtx {}
-static PROBE: Mutex<Option<ProbeCtx>> = Mutex::new(None);
+/// never touches a real client. Only used on the main thread (or a thread
+/// holding the server lock), through this mutex.
+static PROBE: Mutex<Option<Detached>> = Mutex::new(None);
 
 /// A key whose "new" event was seen but not yet read: the command that
 /// created it fires its own event for the same key right after (a "set",
@@ -72,7 +70,7 @@ fn settle_unless(m: &Module, db: usize, name: &[u8]) -> bool {
     }
     let guard = PROBE.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(probe) = guard.as_ref() {
-        let ctx = probe.0.ctx();
+        let ctx = probe.ctx();
         if let Some(n) = ffi::OwnedString::new(ctx, pkey.as_bytes()) {
             if ffi::select_db(ctx, pdb) {
                 apply(m, pdb, pkey.as_bytes(), keys::probe(ctx, n.ptr()));
@@ -85,27 +83,23 @@ fn settle_unless(m: &Module, db: usize, name: &[u8]) -> bool {
 /// Subscribes to notifications and server events.
 pub fn subscribe(ctx: Ctx) -> Result<(), String> {
     let probe = Detached::new().ok_or("no thread-safe context")?;
-    *PROBE.lock().unwrap_or_else(|e| e.into_inner()) = Some(ProbeCtx(probe));
-    let sub = api!(RedisModule_SubscribeToKeyspaceEvents).ok_or("no keyspace event API")?;
+    *PROBE.lock().unwrap_or_else(|e| e.into_inner()) = Some(probe);
     // NOTIFY_ALL covers generic/string/list/set/hash/zset/stream/module and
     // expired/evicted events. LOADED: keys read from an RDB. NEW: every key
     // creation, including DEBUG POPULATE's, which fires nothing else.
     let types =
         raw::REDISMODULE_NOTIFY_ALL | raw::REDISMODULE_NOTIFY_LOADED | raw::REDISMODULE_NOTIFY_NEW;
-    // SAFETY: ctx is the OnLoad context; the callback is a valid extern fn.
-    if unsafe { sub(ctx, types, Some(on_keyspace_event)) } != raw::REDISMODULE_OK as c_int {
-        return Err("cannot subscribe to keyspace events".into());
+    sub::keyspace_events(ctx, types, Some(on_keyspace_event))?;
+    if !sub::has_server_events() {
+        return Err("no server event API".into());
     }
-    let server = api!(RedisModule_SubscribeToServerEvent).ok_or("no server event API")?;
     let events: [(u64, raw::RedisModuleEventCallback); 3] = [
         (raw::REDISMODULE_EVENT_FLUSHDB, Some(on_flushdb)),
         (raw::REDISMODULE_EVENT_SWAPDB, Some(on_swapdb)),
         (raw::REDISMODULE_EVENT_LOADING, Some(on_loading)),
     ];
     for (id, cb) in events {
-        let ev = raw::RedisModuleEvent { id, dataver: 1 };
-        // SAFETY: ctx is the OnLoad context; ev names a server event.
-        if unsafe { server(ctx, ev, cb) } != raw::REDISMODULE_OK as c_int {
+        if sub::server_event(ctx, id, cb) != Some(true) {
             return Err(format!("cannot subscribe to server event {id}"));
         }
     }
@@ -120,10 +114,8 @@ pub fn subscribe(ctx: Ctx) -> Result<(), String> {
         ));
     }
     for (id, cb) in optional {
-        let ev = raw::RedisModuleEvent { id, dataver: 1 };
-        // SAFETY: ctx is the OnLoad context; ev names a server event (an
-        // unknown one is refused, which is fine).
-        if unsafe { server(ctx, ev, cb) } != raw::REDISMODULE_OK as c_int {
+        // An unknown event is refused, which is fine.
+        if sub::server_event(ctx, id, cb) != Some(true) {
             ffi::log(
                 ctx,
                 "notice",
@@ -144,17 +136,9 @@ static KEY_EVENT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool:
 /// Subscribes to the `Key` server event (`on`) or unsubscribes; true if the
 /// server accepted.
 fn subscribe_key_event(ctx: Ctx, on: bool) -> bool {
-    let Some(server) = api!(RedisModule_SubscribeToServerEvent) else {
-        return false;
-    };
-    let ev = raw::RedisModuleEvent {
-        id: raw::REDISMODULE_EVENT_KEY,
-        dataver: 1,
-    };
     let cb: raw::RedisModuleEventCallback = if on { Some(on_key_unlinked) } else { None };
-    // SAFETY: ctx is a module context (OnLoad or a server event's); a NULL
-    // callback unsubscribes.
-    unsafe { server(ctx, ev, cb) == raw::REDISMODULE_OK as c_int }
+    // A NULL callback unsubscribes.
+    sub::server_event(ctx, raw::REDISMODULE_EVENT_KEY, cb) == Some(true)
 }
 
 /// No `Key` event subscription while a dataset loads: a merging load
@@ -269,7 +253,7 @@ fn record(m: &Module, db: usize, key: &[u8], found: Option<keys::Found>, existed
 fn refresh_everywhere(m: &Module, key: &[u8]) {
     let guard = PROBE.lock().unwrap_or_else(|e| e.into_inner());
     let Some(probe) = guard.as_ref() else { return };
-    let ctx = probe.0.ctx();
+    let ctx = probe.ctx();
     let Some(name) = ffi::OwnedString::new(ctx, key) else {
         return;
     };
@@ -278,16 +262,6 @@ fn refresh_everywhere(m: &Module, key: &[u8]) {
             apply(m, db, key, keys::probe(ctx, name.ptr()));
         }
     }
-}
-
-/// The event name of a notification ("set", "del", ...).
-fn event_bytes<'a>(event: *const c_char) -> &'a [u8] {
-    if event.is_null() {
-        return b"";
-    }
-    // SAFETY: the server passes a NUL-terminated event name that lives for
-    // the callback.
-    unsafe { std::ffi::CStr::from_ptr(event) }.to_bytes()
 }
 
 extern "C" fn on_keyspace_event(
@@ -305,7 +279,7 @@ extern "C" fn on_keyspace_event(
         // A deletion the `Key` event just logged (see unlink.rs); taken by
         // every notification, so it never outlives the pair.
         let gone = crate::unlink::take_gone(db, name);
-        if matches!(event_bytes(event), b"move_from" | b"move_to" | b"copy_to") {
+        if matches!(event_name(event), b"move_from" | b"move_to" | b"copy_to") {
             // Fired from the caller's database on some servers: any copy of
             // a hash with this name may be stale.
             m.watches.bump_moved(name);
@@ -320,7 +294,7 @@ extern "C" fn on_keyspace_event(
             }
             return apply(m, db, name, keys::probe_copy(ctx, key));
         }
-        let event = event_bytes(event);
+        let event = event_name(event);
         let created = settle_unless(m, db, name);
         match event {
             b"new" => {
@@ -347,12 +321,13 @@ extern "C" fn on_flushdb(
 ) {
     guarded(ctx, "flushdb", || {
         let Some(m) = state::try_get() else { return };
-        if subevent != raw::REDISMODULE_SUBEVENT_FLUSHDB_END || data.is_null() {
+        if subevent != raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
             return;
         }
+        let Some(dbnum) = sub::flush_dbnum(data) else {
+            return;
+        };
         m.watches.bump_all();
-        // SAFETY: for FlushDB events the server passes a RedisModuleFlushInfo.
-        let dbnum = unsafe { (*data.cast::<raw::RedisModuleFlushInfo>()).dbnum };
         m.push(if dbnum < 0 {
             Op::FlushAll
         } else {
@@ -371,15 +346,13 @@ extern "C" fn on_swapdb(
 ) {
     guarded(ctx, "swapdb", || {
         let Some(m) = state::try_get() else { return };
-        if data.is_null() {
+        let Some((first, second)) = sub::swapdb_dbs(data) else {
+            return;
+        };
+        if first < 0 || second < 0 {
             return;
         }
-        // SAFETY: for SwapDB events the server passes a RedisModuleSwapDbInfo.
-        let info = unsafe { &*data.cast::<raw::RedisModuleSwapDbInfo>() };
-        if info.dbnum_first < 0 || info.dbnum_second < 0 {
-            return;
-        }
-        let (a, b) = (info.dbnum_first as usize, info.dbnum_second as usize);
+        let (a, b) = (first as usize, second as usize);
         m.push(Op::Swap(a, b));
         // A pending new key is read as things are now, after the swap.
         settle();

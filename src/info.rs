@@ -1,31 +1,15 @@
 //! The `snapshot` INFO section.
 
 use crate::backfill;
-use crate::ffi::{api, Ctx};
+use crate::ffi::info::{self as ffi_info, field, InfoCtx};
+use crate::ffi::Ctx;
 use crate::state;
-use redis_module::raw;
-use std::ffi::CString;
 use std::os::raw::c_int;
 use std::sync::atomic::Ordering;
 
-type InfoCtx = *mut raw::RedisModuleInfoCtx;
-
 /// Registers the INFO callback (replacing redismodule-rs's default one).
 pub fn register(ctx: Ctx) -> Result<(), String> {
-    let f = api!(RedisModule_RegisterInfoFunc).ok_or("no RegisterInfoFunc")?;
-    // SAFETY: OnLoad context and a valid extern callback.
-    if unsafe { f(ctx, Some(info_func)) } != raw::REDISMODULE_OK as c_int {
-        return Err("cannot register the INFO section".into());
-    }
-    Ok(())
-}
-
-fn field(ctx: InfoCtx, name: &str, v: u64) {
-    let (Some(f), Ok(n)) = (api!(RedisModule_InfoAddFieldULongLong), CString::new(name)) else {
-        return;
-    };
-    // SAFETY: ctx is the live INFO context of this callback; n is a C string.
-    unsafe { f(ctx, n.as_ptr(), v) };
+    ffi_info::register(ctx, Some(info_func)).map_err(String::from)
 }
 
 extern "C" fn info_func(ctx: InfoCtx, for_crash_report: c_int) {
@@ -39,12 +23,7 @@ extern "C" fn info_func(ctx: InfoCtx, for_crash_report: c_int) {
 
 fn fill(ctx: InfoCtx) {
     let Some(m) = state::try_get() else { return };
-    let Some(add_section) = api!(RedisModule_InfoAddSection) else {
-        return;
-    };
-    // SAFETY: a NULL name asks for the section named after the module
-    // ("snapshot"); ctx is the live INFO context.
-    if unsafe { add_section(ctx, std::ptr::null()) } != raw::REDISMODULE_OK as c_int {
+    if !ffi_info::add_module_section(ctx) {
         return; // section not requested
     }
     crate::events::settle();

@@ -3,11 +3,6 @@
 //!
 //! This file holds the module declaration and initialisation only.
 
-// Server handles (contexts, strings, keys) are raw pointers that are valid
-// for the duration of the callback that received them; the `ffi` module
-// documents and upholds that contract, so functions taking them stay safe.
-#![allow(clippy::not_unsafe_ptr_arg_deref)]
-
 #[cfg_attr(test, allow(dead_code))]
 mod alloc;
 pub mod backfill;

@@ -275,14 +275,7 @@ impl Pool {
 }
 
 /// Lowers the calling thread's scheduling priority to `nice` (0-19).
-pub fn set_thread_nice(nice: usize) {
-    // SAFETY: gettid and setpriority only read their arguments and affect
-    // the calling thread's scheduling priority; failure is harmless.
-    unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        libc::setpriority(libc::PRIO_PROCESS, tid, nice.min(19) as libc::c_int);
-    }
-}
+pub use crate::ffi::thread::set_nice as set_thread_nice;
 
 /// Retires the calling thread if the pool has more threads than wanted:
 /// exactly one surplus thread wins each decrement.

@@ -32,6 +32,10 @@ pub fn take_blocked_flag() -> bool {
 impl BlockedReply {
     /// Blocks the client of the command context `ctx`. `None` when the
     /// server cannot block it (the caller then answers synchronously).
+    #[allow(
+        clippy::not_unsafe_ptr_arg_deref,
+        reason = "ctx is the context the server passed to the running command callback"
+    )]
     pub fn block(ctx: Ctx) -> Option<Self> {
         let f = api!(RedisModule_BlockClient)?;
         // SAFETY: ctx is the live command context; no callbacks, no timeout.

@@ -15,6 +15,10 @@ impl Drop for CallReply {
     }
 }
 
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "r is a RedisModule_Call reply (or an element of one) kept alive by its owning CallReply"
+)]
 pub fn reply_type(r: *mut raw::RedisModuleCallReply) -> isize {
     match api!(RedisModule_CallReplyType) {
         // SAFETY: r is a live reply (or an element of one).
@@ -23,6 +27,10 @@ pub fn reply_type(r: *mut raw::RedisModuleCallReply) -> isize {
     }
 }
 
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "r is a RedisModule_Call reply (or an element of one) kept alive by its owning CallReply"
+)]
 pub fn reply_len(r: *mut raw::RedisModuleCallReply) -> usize {
     match api!(RedisModule_CallReplyLength) {
         // SAFETY: r is a live reply.
@@ -31,6 +39,10 @@ pub fn reply_len(r: *mut raw::RedisModuleCallReply) -> usize {
     }
 }
 
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "r is a RedisModule_Call reply (or an element of one) kept alive by its owning CallReply"
+)]
 pub fn element(r: *mut raw::RedisModuleCallReply, i: usize) -> *mut raw::RedisModuleCallReply {
     match api!(RedisModule_CallReplyArrayElement) {
         // SAFETY: r is a live array reply; out-of-range indexes return NULL.
@@ -40,6 +52,10 @@ pub fn element(r: *mut raw::RedisModuleCallReply, i: usize) -> *mut raw::RedisMo
 }
 
 /// Bytes of a string element; the slice lives as long as the whole reply.
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "r is a RedisModule_Call reply (or an element of one) kept alive by its owning CallReply, or NULL"
+)]
 pub fn bytes<'a>(r: *mut raw::RedisModuleCallReply) -> &'a [u8] {
     let Some(f) = api!(RedisModule_CallReplyStringPtr) else {
         return &[];

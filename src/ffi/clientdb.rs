@@ -46,6 +46,10 @@ const MAX_TXNS: usize = 10_000;
 static TXNS: Mutex<Option<Txns>> = Mutex::new(None);
 
 /// Registers the filter (OnLoad) when `valkey_major` is 8.
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is the OnLoad context the server passed to the module, live for this call"
+)]
 pub fn init(ctx: Ctx, valkey_major: Option<u32>) {
     if valkey_major != Some(8) {
         return;

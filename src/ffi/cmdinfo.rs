@@ -64,6 +64,10 @@ fn key_spec_at_1() -> raw::RedisModuleCommandKeySpec {
 
 /// Sets `doc` on the registered command of that name. `Ok(false)` when no
 /// such command is registered or this server lacks the API (Redis < 7.0).
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is the OnLoad context the server passed to the module, live for this call"
+)]
 pub fn set(ctx: Ctx, doc: &Doc) -> Result<bool, String> {
     let (Some(get), Some(set_info)) = (
         api!(RedisModule_GetCommand),

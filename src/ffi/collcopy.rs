@@ -63,6 +63,10 @@ fn push_elements(arr: *mut raw::RedisModuleCallReply, b: &mut Builder) -> Result
 }
 
 /// The whole collection in this one hold of the lock.
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is a live context of the calling thread with the server lock held (a main-thread callback's or a locked thread-safe one)"
+)]
 pub fn copy_all(ctx: Ctx, key: &[u8], b: &mut Builder) -> Result<(), CopyError> {
     let cmd = match b.kind() {
         Kind::Hash => c"HGETALL",
@@ -90,6 +94,10 @@ pub fn copy_all(ctx: Ctx, key: &[u8], b: &mut Builder) -> Result<(), CopyError> 
 
 /// One `HSCAN`/`SSCAN`/`ZSCAN key cursor COUNT count` slice; returns the
 /// next cursor.
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is a live context of the calling thread with the server lock held (a main-thread callback's or a locked thread-safe one)"
+)]
 pub fn scan_slice(
     ctx: Ctx,
     key: &[u8],

@@ -69,6 +69,10 @@ extern "C" fn set_numeric(
 /// row (each with its argument, else its default, as default) and has the
 /// server apply the config file's `snapshot.*` lines. OnLoad only. An error
 /// names what was refused (the server has logged the details too).
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is the OnLoad context the server passed to the module, live for this call"
+)]
 pub fn register(ctx: Ctx, given: &[(usize, i64)]) -> Result<(), String> {
     let reg = api!(RedisModule_RegisterNumericConfig).ok_or("this server has no module configs")?;
     let load = api!(RedisModule_LoadConfigs).ok_or("this server has no module configs")?;

@@ -41,6 +41,10 @@ pub fn supported() -> bool {
 /// The server's verdict on `name` (in the database selected on `ctx`),
 /// whose absolute expiry was `when` (Unix ms). Main thread only (the server
 /// lock is held during a command).
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is the context of the running command on the main thread (server lock held)"
+)]
 pub fn judge(ctx: Ctx, name: &[u8], when: i64) -> Verdict {
     let (Some(open), Some(close), Some(ktype), Some(abs), Some(rel)) = (
         api!(RedisModule_OpenKey),

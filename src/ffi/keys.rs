@@ -38,6 +38,10 @@ static NAMED_TYPES: Mutex<Option<NameCache>> = Mutex::new(None);
 /// Looks `keyname` up in the database selected on `ctx`. Must run with the
 /// server lock held (a callback on the main thread, or a locked thread-safe
 /// context). `None` when the key does not exist (or is logically expired).
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx and keyname are live handles of the calling callback (the server lock is held)"
+)]
 pub fn probe(ctx: Ctx, keyname: *mut raw::RedisModuleString) -> Option<Found> {
     let (open, close, ktype) = (
         api!(RedisModule_OpenKey)?,
@@ -65,6 +69,10 @@ pub fn probe_copy(ctx: Ctx, keyname: *mut raw::RedisModuleString) -> Option<Foun
 }
 
 /// Number of elements of the value at `keyname` (0 when missing).
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx and keyname are live handles of the calling callback (the server lock is held)"
+)]
 pub fn value_len(ctx: Ctx, keyname: *mut raw::RedisModuleString) -> usize {
     let (Some(open), Some(close), Some(len)) = (
         api!(RedisModule_OpenKey),
@@ -88,6 +96,10 @@ pub fn value_len(ctx: Ctx, keyname: *mut raw::RedisModuleString) -> usize {
 
 /// Reads kind and expiry from an already-open key handle (also used by the
 /// backfill, which gets handles from RedisModule_Scan).
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx, keyname and key are live handles of the calling callback (RedisModule_Scan's, server lock held)"
+)]
 pub fn probe_open(
     ctx: Ctx,
     keyname: *mut raw::RedisModuleString,
@@ -177,6 +189,10 @@ fn call_type(ctx: Ctx, keyname: *mut raw::RedisModuleString) -> Option<Vec<u8>> 
 
 /// Smallest field TTL of the hash at `keyname`: `Some(None)` when no field
 /// has one, `None` when this server cannot tell (no API).
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx and keyname are live handles of the calling callback (the server lock is held)"
+)]
 pub fn hash_min_field_expire(
     ctx: Ctx,
     keyname: *mut raw::RedisModuleString,
@@ -203,6 +219,10 @@ pub fn hash_min_field_expire(
 /// `keys_with_volatile_items` figure of `INFO keyspace` (Valkey 9+) or its
 /// `subexpiry` (Redis 7.4+, which has no `HashFieldMinExpire` before 8.0).
 /// `true` when the server does not say.
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is a live context of the calling thread with the server lock held (a main-thread callback's or a locked thread-safe one)"
+)]
 pub fn db_may_have_field_ttls(ctx: Ctx, db: usize) -> bool {
     let Some(call) = api!(RedisModule_Call) else {
         return true;

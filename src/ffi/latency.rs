@@ -110,6 +110,10 @@ extern "C" fn on_config_change(
 
 /// Reads the threshold and follows its changes. OnLoad only; without the
 /// config-change event (servers before 7.0) the value read at load stays.
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is the OnLoad context the server passed to the module, live for this call"
+)]
 pub fn init(ctx: Ctx) {
     refresh(ctx);
     if let Some(sub) = api!(RedisModule_SubscribeToServerEvent) {

@@ -1,5 +1,6 @@
 //! Thin, audited wrappers over the raw module API. Everything that touches
-//! server pointers lives under `ffi/`; the rest of the crate is plain Rust.
+//! server pointers, and every `unsafe` of the crate (but the global
+//! allocator, `alloc.rs`), lives under `ffi/`; the rest is plain Rust.
 
 pub mod blocked;
 pub mod call;
@@ -10,11 +11,15 @@ pub mod command;
 pub mod configs;
 pub mod cpu;
 pub mod expiry;
+pub mod info;
 pub mod keys;
 pub mod latency;
 pub mod mainloop;
 pub mod reply;
+pub mod scan;
 pub mod server;
+pub mod subscribe;
+pub mod thread;
 pub mod thread_ctx;
 pub mod unlink;
 
@@ -36,6 +41,10 @@ pub(crate) use api;
 
 /// Bytes of a server string. The slice borrows the string: callers use it
 /// only while the server keeps the string alive (the current callback).
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "s is a live server string (or NULL) of the calling callback; the slice is used only while it lives"
+)]
 pub fn string_bytes<'a>(s: *const raw::RedisModuleString) -> &'a [u8] {
     let Some(f) = api!(RedisModule_StringPtrLen) else {
         return &[];
@@ -62,6 +71,10 @@ pub struct OwnedString {
 }
 
 impl OwnedString {
+    #[allow(
+        clippy::not_unsafe_ptr_arg_deref,
+        reason = "ctx is a live context of the calling thread (main thread or a locked thread-safe one)"
+    )]
     pub fn new(ctx: Ctx, bytes: &[u8]) -> Option<Self> {
         let create = api!(RedisModule_CreateString)?;
         // SAFETY: creates a string owned by us from valid bytes.
@@ -86,6 +99,10 @@ impl Drop for OwnedString {
 }
 
 /// The database selected on `ctx`.
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is a live context of the calling callback"
+)]
 pub fn selected_db(ctx: Ctx) -> usize {
     match api!(RedisModule_GetSelectedDb) {
         // SAFETY: ctx is the live context of the current callback.
@@ -95,6 +112,10 @@ pub fn selected_db(ctx: Ctx) -> usize {
 }
 
 /// Selects `db` on `ctx`; false if the server refuses.
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is a live context owned by the calling thread"
+)]
 pub fn select_db(ctx: Ctx, db: usize) -> bool {
     match api!(RedisModule_SelectDb) {
         // SAFETY: ctx is a live context owned by the calling thread.
@@ -126,6 +147,10 @@ pub fn command_time_ms() -> i64 {
 }
 
 /// Whether the running command was called from a script or function.
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is the context the server passed to the running command callback"
+)]
 pub fn in_script(ctx: Ctx) -> bool {
     let Some(f) = api!(RedisModule_GetContextFlags) else {
         return false;
@@ -138,6 +163,10 @@ pub fn in_script(ctx: Ctx) -> bool {
 /// functions, or other contexts where the server denies blocking), or
 /// should not be: during a replica's async load the server answers blocked
 /// clients only once the load is over.
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is the context the server passed to the running command callback"
+)]
 pub fn blocking_denied(ctx: Ctx) -> bool {
     let Some(f) = api!(RedisModule_GetContextFlags) else {
         return true;
@@ -153,6 +182,10 @@ pub fn blocking_denied(ctx: Ctx) -> bool {
 }
 
 /// Number of keys in the database selected on `ctx`.
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is a live context of the calling thread with the server lock held (a main-thread callback's or a locked thread-safe one)"
+)]
 pub fn db_size(ctx: Ctx) -> u64 {
     match api!(RedisModule_DbSize) {
         // SAFETY: ctx is a live context and the server lock is held.
@@ -162,6 +195,10 @@ pub fn db_size(ctx: Ctx) -> u64 {
 }
 
 /// Writes a line to the server log (`level`: "notice", "warning", ...).
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is a live context of the calling callback, or NULL (logs as the module)"
+)]
 pub fn log(ctx: Ctx, level: &str, msg: &str) {
     let (Some(f), Ok(level), Ok(msg)) = (
         api!(RedisModule_Log),

@@ -65,6 +65,10 @@ pub fn asm_event_slots(data: *mut c_void) -> SlotSet {
 }
 
 /// Sets the module's options (the whole set: the server keeps the last).
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is the OnLoad context the server passed to the module, live for this call"
+)]
 pub fn set_module_options(ctx: Ctx, options: c_int) {
     if let Some(f) = api!(RedisModule_SetModuleOptions) {
         // SAFETY: ctx is the OnLoad context.
@@ -82,6 +86,10 @@ pub fn module_options_known() -> c_int {
 }
 
 /// The context flags (`REDISMODULE_CTX_FLAGS_*`).
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is a live context of the calling callback"
+)]
 pub fn context_flags(ctx: Ctx) -> u32 {
     match api!(RedisModule_GetContextFlags) {
         // SAFETY: ctx is a live context of the current callback.
@@ -97,6 +105,10 @@ pub fn cluster_mode(ctx: Ctx) -> bool {
 
 /// The text reply of `cmd arg` (e.g. `CLUSTER NODES`, `INFO server`) run
 /// through RedisModule_Call; `None` on an error reply.
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is a live context of the calling thread with the server lock held (a main-thread callback's or a locked thread-safe one)"
+)]
 pub fn call_text(ctx: Ctx, cmd: &CStr, arg: &CStr) -> Option<String> {
     let call = api!(RedisModule_Call)?;
     // SAFETY: the server lock is held; "c" consumes exactly one C string.

@@ -7,6 +7,10 @@ use super::{api, string_bytes, Ctx, OwnedString};
 use redis_module::raw;
 
 /// The name of the user running the command of `ctx`.
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is the context the server passed to the running command callback"
+)]
 pub fn current_user_name(ctx: Ctx) -> Option<Vec<u8>> {
     let (get, free) = (
         api!(RedisModule_GetCurrentUserName)?,
@@ -84,6 +88,10 @@ impl Drop for User {
 /// `UNLINK key...` through the server, in the database selected on `ctx`,
 /// propagated to replicas and the AOF like the client's own command would
 /// be; returns how many keys it removed.
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is a live main-thread context (a timer callback's) with the server lock held"
+)]
 pub fn unlink(ctx: Ctx, keys: &[OwnedString]) -> Result<u64, String> {
     unlink_refs(ctx, &keys.iter().collect::<Vec<_>>())
 }
@@ -113,6 +121,10 @@ pub fn unlink_refs(ctx: Ctx, keys: &[&OwnedString]) -> Result<u64, String> {
 }
 
 /// Whether this server is a replica that refuses writes now.
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is a live main-thread context of the calling callback"
+)]
 pub fn read_only_replica(ctx: Ctx) -> bool {
     let Some(f) = api!(RedisModule_GetContextFlags) else {
         return false;
