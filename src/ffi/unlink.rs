@@ -97,6 +97,10 @@ pub fn unlink(ctx: Ctx, keys: &[OwnedString]) -> Result<u64, String> {
 }
 
 /// [`unlink`] of borrowed names.
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is a live main-thread context (a timer callback's) with the server lock held"
+)]
 pub fn unlink_refs(ctx: Ctx, keys: &[&OwnedString]) -> Result<u64, String> {
     let call = api!(RedisModule_Call).ok_or("no RM_Call")?;
     let mut argv: Vec<*mut raw::RedisModuleString> = keys.iter().map(|k| k.ptr()).collect();
