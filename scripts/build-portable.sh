@@ -55,7 +55,16 @@ esac
 export CARGO_ZIGBUILD_PYTHON_PATH="$VENV/bin/python"
 start=$SECONDS
 echo "build-portable: cargo zigbuild --release --lib --target $TRIPLE.$BASELINE (zig $("$VENV/bin/python" -m ziglang version))"
-PATH="$VENV/bin:$PATH" cargo zigbuild --release --lib --target "$TRIPLE.$BASELINE"
+# Unwinding (a panic caught before it reaches the server) goes through the
+# system's libgcc_s.so.1, as in the regular build: zig's own libunwind, linked
+# in by default, crashes the server in _Unwind_RaiseException on the first
+# panic. Every glibc system has libgcc_s.so.1 (its GCC_* symbol versions are
+# older than any glibc baseline we target).
+libgcc_s=$(/sbin/ldconfig -p 2>/dev/null | awk '/libgcc_s\.so\.1 .*x86-64/{print $NF; exit}')
+[[ -n "$libgcc_s" && -e "$libgcc_s" ]] || libgcc_s=/lib/x86_64-linux-gnu/libgcc_s.so.1
+[[ -e "$libgcc_s" ]] || die "no libgcc_s.so.1 found (needed for panic unwinding)"
+RUSTFLAGS="${RUSTFLAGS:-} -C link-arg=$libgcc_s" \
+    PATH="$VENV/bin:$PATH" cargo zigbuild --release --lib --target "$TRIPLE.$BASELINE"
 mkdir -p "$OUT_DIR"
 cp -f "target/$TRIPLE/release/libsnapscan.so" "$OUT_DIR/libsnapscan.so.tmp"
 mv -f "$OUT_DIR/libsnapscan.so.tmp" "$OUT_DIR/libsnapscan.so"

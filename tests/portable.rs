@@ -97,3 +97,25 @@ fn build_portable_check_agrees() {
         }
     }
 }
+
+/// The module unwinds panics (caught before they reach the server) through
+/// the system's libgcc_s, whichever toolchain built it: zig's bundled
+/// libunwind crashed the server on the first panic (see
+/// scripts/build-portable.sh). tests/robust.rs panics every thread of a
+/// loaded module and checks the server survives.
+#[test]
+fn module_unwinds_through_libgcc_s() {
+    let so = module_path();
+    let out = std::process::Command::new("objdump")
+        .arg("-p")
+        .arg(&so)
+        .output()
+        .expect("objdump -p");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.contains("NEEDED") && l.contains("libgcc_s.so.1")),
+        "{} does not load libgcc_s.so.1:\n{text}",
+        so.display()
+    );
+}
