@@ -181,6 +181,14 @@ extern "C" fn on_key_unlinked(
     subevent: u64,
     data: *mut c_void,
 ) {
+    // Every SET over an existing key fires an overwrite: it only matters to
+    // watched copies and running deletions, so most return here, before
+    // asking the server for the key's name.
+    if subevent == raw::REDISMODULE_SUBEVENT_KEY_OVERWRITTEN
+        && !state::try_get().is_some_and(|m| m.watches.any())
+    {
+        return;
+    }
     guarded(ctx, "key unlink", || {
         ffi::server::with_key_event_target(data, |db, name| {
             crate::unlink::on_key_unlinked(subevent, db, name)

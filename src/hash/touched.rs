@@ -121,6 +121,11 @@ impl Trackers {
     }
 
     /// A keyspace event on `key` in `db` (`None`: any database).
+    /// Whether a deletion is running (events must be recorded).
+    pub fn any(&self) -> bool {
+        self.active.load(Ordering::SeqCst) != 0
+    }
+
     pub fn record(&self, db: Option<usize>, key: &[u8]) {
         if self.active.load(Ordering::SeqCst) == 0 {
             return;

@@ -47,6 +47,12 @@ impl Watches {
     }
 
     /// Records a keyspace event on `key` in `db`. O(1) when nothing is watched.
+    /// Whether any key's events matter right now: a copy is watched or a
+    /// SNAPSHOT.UNLINK records the keys written meanwhile.
+    pub fn any(&self) -> bool {
+        self.count.load(Ordering::SeqCst) != 0 || self.touched.any()
+    }
+
     pub fn bump(&self, db: usize, key: &[u8]) {
         self.touched.record(Some(db), key);
         if self.count.load(Ordering::SeqCst) == 0 {
