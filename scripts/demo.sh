@@ -53,6 +53,15 @@ cli CONFIG SET hash-max-listpack-entries 4096 >/dev/null
 python3 -c 'print("HSET profile " + " ".join(f"field:{i} value:{i}" for i in range(2000)))' | cli >/dev/null
 echo "HSCAN profile 0 COUNT 5 -> $(cli HSCAN profile 0 COUNT 5 | tail -n +2 | wc -l) elements in one reply"
 echo "SNAPSHOT.HSCAN profile 0 COUNT 5 -> $(cli SNAPSHOT.HSCAN profile 0 COUNT 5 | tail -n +2 | wc -l) elements (5 fields + values)"
+echo "== SNAPSHOT.SSCAN and SNAPSHOT.ZSCAN honour COUNT on small (intset/listpack) collections too"
+cli SADD small:set 1 2 3 4 5 6 7 8 9 10 >/dev/null
+cli ZADD small:zset 1 a 2.5 b 3 c >/dev/null
+echo "SSCAN small:set 0 COUNT 3 -> $(cli SSCAN small:set 0 COUNT 3 | tail -n +2 | wc -l) members; SNAPSHOT.SSCAN -> $(cli SNAPSHOT.SSCAN small:set 0 COUNT 3 | tail -n +2 | wc -l)"
+run SNAPSHOT.ZSCAN small:zset 0 COUNT 2
+echo "== cache invalidation by pattern without blocking the server: SNAPSHOT.UNLINK"
+run SNAPSHOT.UNLINK 'user:42:*' DRYRUN
+run SNAPSHOT.UNLINK 'user:42:*'
+run SNAPSHOT.SCAN 0 MATCH 'user:42:*'
 echo "== INFO snapshot"
 cli INFO snapshot | grep -E 'index_keys:|index_bytes_per_key|open_snapshots|scans_served:|workers:'
 echo "== done: the server stops now"
