@@ -47,6 +47,9 @@ pub const MAX_BACKLOG: usize = 1 << 20;
 /// Operations applied per hold of the index lock by the indexer (about a
 /// millisecond of work; a worker cutting a snapshot may wait that long).
 const BATCH: usize = 1024;
+/// Longest wait of [`Live::take_within`] for an applier to hand the index
+/// over (normally the end of its current chunk, microseconds).
+const LOCK_WAIT: Duration = Duration::from_millis(25);
 /// Indexer pause when it has caught up.
 const POLL: Duration = Duration::from_millis(2);
 /// Operations per lock hold of [`Live::take_within`], and per chunk of a
@@ -389,7 +392,11 @@ impl Live {
         if let Some(s) = lock(&req.cut).take() {
             return Some(s);
         }
-        let deadline = Instant::now() + budget;
+        // Waiting for the index is not work: an applier hands it over after
+        // its current chunk of SMALL_BATCH operations, so the wait is that
+        // chunk, unless the applier has lost its CPU (a saturated machine);
+        // then it gets up to LOCK_WAIT before the call gives up.
+        let wait_deadline = Instant::now() + budget.max(LOCK_WAIT);
         // Counted as waiting, so that an applier hands the index over after
         // its current chunk of SMALL_BATCH operations.
         self.waiting.fetch_add(1, Ordering::SeqCst);
@@ -398,7 +405,7 @@ impl Live {
                 Ok(g) => break Some(g),
                 Err(TryLockError::Poisoned(p)) => break Some(p.into_inner()),
                 Err(TryLockError::WouldBlock) => {
-                    if lock(&req.cut).is_some() || Instant::now() >= deadline {
+                    if lock(&req.cut).is_some() || Instant::now() >= wait_deadline {
                         break None;
                     }
                     std::thread::yield_now();
@@ -409,6 +416,8 @@ impl Live {
         let Some(mut ks) = got else {
             return lock(&req.cut).take();
         };
+        // The work budget counts from here.
+        let deadline = Instant::now() + budget;
         loop {
             if let Some(s) = lock(&req.cut).take() {
                 return Some(s);
