@@ -43,7 +43,9 @@ static PENDING: AtomicBool = AtomicBool::new(false);
 
 /// Takes the pending new key, if any, without locking when there is none.
 fn take_pending() -> Option<(usize, Key)> {
-    if !PENDING.swap(false, Ordering::Acquire) {
+    // A plain load first: most events find nothing pending, and a swap is a
+    // locked instruction on every notification.
+    if !PENDING.load(Ordering::Acquire) || !PENDING.swap(false, Ordering::Acquire) {
         return None;
     }
     PENDING_NEW.lock().unwrap_or_else(|e| e.into_inner()).take()
@@ -281,7 +283,9 @@ extern "C" fn on_keyspace_event(
     let _restore = ffi::clientdb::RestoreDb::new(ctx); // Valkey 8 bug, see clientdb.rs
     guarded(ctx, "keyspace event", || {
         let Some(m) = state::try_get() else { return };
-        Module::bump(&m.stats.events, 1);
+        // Only callbacks under the server lock count this: no locked add.
+        let n = m.stats.events.load(Ordering::Relaxed);
+        m.stats.events.store(n + 1, Ordering::Relaxed);
         let db = ffi::selected_db(ctx);
         let name = ffi::string_bytes(key);
         // A deletion the `Key` event just logged (see unlink.rs); taken by

@@ -23,7 +23,9 @@ static GONE: AtomicBool = AtomicBool::new(false);
 
 /// Takes the remembered deletion; whether it was `name` in `db`.
 pub fn take_gone(db: usize, name: &[u8]) -> bool {
-    if !GONE.swap(false, Ordering::Acquire) {
+    // A plain load first: every notification calls this, and most find
+    // nothing remembered.
+    if !GONE.load(Ordering::Acquire) || !GONE.swap(false, Ordering::Acquire) {
         return false;
     }
     let last = LAST_GONE.lock().unwrap_or_else(|e| e.into_inner()).take();
