@@ -269,3 +269,51 @@ proptest! {
         }
     }
 }
+
+/// The indexer's own cost per write, without a server: the write scenario's
+/// workloads (scripts/bench/s6_writes.py) applied through
+/// [`Keyspace::apply_run`] in runs of 64, as the indexer does.
+/// `cargo test --release --lib index::tests::speed -- --ignored --nocapture`
+mod speed {
+    use super::*;
+
+    fn cpu_ns() -> u64 {
+        std::fs::read_to_string("/proc/thread-self/schedstat")
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    }
+
+    fn run(ks: &mut Keyspace, keys: &[Key], truth: Option<Meta>) -> f64 {
+        let t0 = cpu_ns();
+        for chunk in keys.chunks(64) {
+            let ops: Vec<(usize, &Key, Option<Meta>)> =
+                chunk.iter().map(|k| (0, k, truth)).collect();
+            ks.apply_run(&ops);
+        }
+        (cpu_ns() - t0) as f64 / keys.len() as f64
+    }
+
+    #[test]
+    #[ignore]
+    fn writes() {
+        let n: u64 = std::env::var("SPEED_N")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1_000_000);
+        let perm = |i: u64| i.wrapping_mul(0x9E3779B97F4A7C15).rotate_left(29) % 1_000_000_000_000;
+        let mut ks = Keyspace::new(1);
+        let plain = Meta::new(0, None);
+        let loaded: Vec<Key> = (0..n)
+            .map(|i| Key::new(format!("key:{i:012}").as_bytes()))
+            .collect();
+        let load = run(&mut ks, &loaded, Some(plain));
+        let fresh: Vec<Key> = (0..n)
+            .map(|i| Key::new(format!("n0:{:012}", perm(i)).as_bytes()))
+            .collect();
+        let new = run(&mut ks, &fresh, Some(plain));
+        let exp = run(&mut ks, &fresh, Some(Meta::new(0, Some(1_900_000_000_000))));
+        let del = run(&mut ks, &fresh, None);
+        eprintln!("load {load:.0} ns/op, SET new {new:.0}, EXPIRE {exp:.0}, DEL {del:.0}");
+    }
+}
