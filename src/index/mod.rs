@@ -98,7 +98,7 @@ impl Keyspace {
     /// `None` if it does not. A write that changes nothing leaves the map
     /// (and any snapshot sharing it) untouched, so no node is copied.
     pub fn apply(&mut self, db: usize, key: &Key, truth: Option<Meta>) -> Change {
-        self.apply_known(db, key, truth, None)
+        self.apply_known(db, key, truth, None, None)
     }
 
     /// [`apply`](Self::apply), given what the index holds for the key if
@@ -110,12 +110,16 @@ impl Keyspace {
         key: &Key,
         truth: Option<Meta>,
         current: Option<Option<Meta>>,
+        at: Option<&tree::Located>,
     ) -> Change {
         let d = self.db_mut(db);
         let change = match (truth, current) {
             (t, Some(c)) if t == c => return Change::Unchanged,
             (Some(m), Some(c)) => {
-                d.map.insert_changed(key.as_bytes(), m);
+                match at {
+                    Some(at) => d.map.insert_located(key.as_bytes(), m, at),
+                    None => d.map.insert_changed(key.as_bytes(), m),
+                };
                 if c.is_some() {
                     Change::Updated
                 } else {
@@ -128,7 +132,10 @@ impl Keyspace {
                 Some(_) => Change::Updated,
             },
             (None, Some(Some(_))) => {
-                d.map.remove_present(key.as_bytes());
+                match at {
+                    Some(at) => d.map.remove_located(key.as_bytes(), at),
+                    None => d.map.remove_present(key.as_bytes()),
+                };
                 Change::Removed
             }
             (None, _) => match d.map.remove(key.as_bytes()) {
@@ -143,8 +150,11 @@ impl Keyspace {
     /// Applies a run of truths in order, like [`apply`](Self::apply) one
     /// after the other, and returns how many changed the index. Most writes
     /// change nothing (a `SET` over a string without TTL), so the run is
-    /// first looked up in batches ([`KeyMap::get_many`], overlapping the
-    /// cache misses) and only the changes go through `apply`.
+    /// first looked up in batches ([`KeyMap::locate_many`], overlapping the
+    /// cache misses) and only the changes are written, each where its
+    /// lookup found it (no second search) unless an earlier change of the
+    /// batch may have moved it: it reshaped the tree, or edited the same
+    /// leaf.
     pub fn apply_run(&mut self, ops: &[(usize, &Key, Option<Meta>)]) -> usize {
         let mut changed = 0;
         let mut known = Vec::with_capacity(tree::GET_MANY);
@@ -153,10 +163,13 @@ impl Keyspace {
             let db = chunk[0].0;
             let one_db = chunk.iter().all(|(d, _, _)| *d == db);
             known.clear();
+            let mut shape = 0;
             if one_db {
                 keys.clear();
                 keys.extend(chunk.iter().map(|(_, k, _)| k.as_bytes()));
-                self.db_mut(db).map.get_many(&keys, &mut known);
+                let map = &self.db_mut(db).map;
+                map.locate_many(&keys, &mut known);
+                shape = map.shape();
             }
             let mut changed_here: ArrayVec<usize, { tree::GET_MANY }> = ArrayVec::new();
             for (i, (db, key, truth)) in chunk.iter().enumerate() {
@@ -167,11 +180,25 @@ impl Keyspace {
                         let (d, k, _) = &chunk[j];
                         d == db && k == key
                     });
-                let current = if stale { None } else { known.get(i).copied() };
+                let (current, at) = match known.get(i) {
+                    Some((m, at)) if !stale => (Some(*m), at.as_ref()),
+                    _ => (None, None),
+                };
                 if current == Some(*truth) {
                     continue;
                 }
-                if self.apply_known(*db, key, *truth, current) != Change::Unchanged {
+                // Where the lookup found the key still holds if nothing
+                // changed its leaf or the tree's shape since.
+                let at = at.filter(|at| {
+                    self.db_mut(*db).map.shape() == shape
+                        && !changed_here.iter().any(|&j| {
+                            known
+                                .get(j)
+                                .and_then(|(_, o)| o.as_ref())
+                                .is_none_or(|o| o.same_leaf(at))
+                        })
+                });
+                if self.apply_known(*db, key, *truth, current, at) != Change::Unchanged {
                     changed += 1;
                     changed_here.push(i);
                 }

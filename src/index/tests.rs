@@ -270,6 +270,53 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// Runs that split, merge and edit the same leaf several times within
+    /// one lookup batch (many long keys in a narrow range, some snapshots
+    /// sharing the paths) end exactly as the truths applied one by one: a
+    /// write reuses where its lookup found the key only while that is still
+    /// true.
+    #[test]
+    fn apply_run_reuses_lookups_only_while_valid(
+        ops in proptest::collection::vec((0u16..1500, 0u8..4), 1..3000),
+        chunk in 1usize..200,
+        snap_every in 0usize..400,
+    ) {
+        let key = |k: u16| Key::new(format!("user:{:06}:item:with-a-long-tail", u32::from(k) * 7919 % 1500).as_bytes());
+        let keys: Vec<Key> = ops.iter().map(|(k, _)| key(*k)).collect();
+        let truth = |t: u8| match t {
+            0 => None,
+            1 => Some(Meta::new(0, None)),
+            2 => Some(Meta::new(0, Some(1_900_000_000_000 + 1))),
+            _ => Some(Meta::new(2, None)),
+        };
+        let run: Vec<(usize, &Key, Option<Meta>)> =
+            ops.iter().zip(&keys).map(|((_, t), k)| (0, k, truth(*t))).collect();
+        let mut a = Keyspace::new(1);
+        let mut b = Keyspace::new(1);
+        let mut snaps = Vec::new();
+        for (n, part) in run.chunks(chunk).enumerate() {
+            if snap_every > 0 && n % (snap_every / chunk + 1) == 0 {
+                snaps.push((a.snapshot(0, 0), b.snapshot(0, 0).map.to_vec()));
+            }
+            let changed = a.apply_run(part);
+            let mut want = 0;
+            for (db, k, t) in part {
+                if b.apply(*db, k, *t) != Change::Unchanged {
+                    want += 1;
+                }
+            }
+            prop_assert_eq!(changed, want);
+        }
+        a.snapshot(0, 0).map.check();
+        prop_assert_eq!(a.snapshot(0, 0).map.to_vec(), b.snapshot(0, 0).map.to_vec());
+        for (snap, model) in snaps {
+            prop_assert_eq!(snap.map.to_vec(), model);
+        }
+    }
+}
+
 /// The indexer's own cost per write, without a server: the write scenario's
 /// workloads (scripts/bench/s6_writes.py) applied through
 /// [`Keyspace::apply_run`] in runs of 64, as the indexer does.

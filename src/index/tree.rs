@@ -26,7 +26,7 @@
 //! Locking: none; `&mut self` methods need exclusive access to this handle
 //! only, never to other clones (snapshots) of the same tree.
 
-use super::leaf::{count_bytes, lcp, Leaf, LEAF_MAX, LEAF_MIN};
+use super::leaf::{count_bytes, lcp, Leaf, Probe, LEAF_MAX, LEAF_MIN};
 use super::{Key, KeyProbe, Meta};
 use arrayvec::ArrayVec;
 use std::ops::Bound;
@@ -132,6 +132,67 @@ fn separator(left: &[u8], right: &[u8]) -> Key {
 /// A node split in two by an insert: the separator and the new right node.
 type Split = Option<(Key, Arc<Node>)>;
 
+/// What a write did beside its entry: the change of the map's node bytes,
+/// and whether it changed the tree's shape (a node split, merged or
+/// removed), which moves other keys' paths.
+#[derive(Default)]
+struct Edit {
+    bytes: isize,
+    reshaped: bool,
+}
+
+/// Branch levels a [`Located`] records (a tree this deep would hold more
+/// keys than any memory: every branch but the root has at least
+/// `BRANCH_MIN` children).
+const MAX_HEIGHT: usize = 12;
+
+/// Where a read-only lookup found a key, or where it would go: the child
+/// taken at each branch level and the probe in the leaf. A write can reuse
+/// it instead of searching again ([`KeyMap::insert_located`]) while the
+/// tree has the same shape ([`KeyMap::shape`]) and that leaf was not edited
+/// since (two keys of one leaf have the same [`path`](Self::same_leaf)).
+#[derive(Clone, Debug)]
+pub struct Located {
+    path: ArrayVec<u8, MAX_HEIGHT>,
+    probe: Probe,
+}
+
+impl Located {
+    /// Whether `other` was located in the same leaf.
+    pub fn same_leaf(&self, other: &Located) -> bool {
+        self.path == other.path
+    }
+}
+
+/// How a write finds its way: by searching, or along a [`Located`] path.
+#[derive(Clone, Copy)]
+enum Route<'a> {
+    Search,
+    Known(&'a [u8], &'a Probe),
+}
+
+impl Route<'_> {
+    /// The child of `b` to descend into, and the route below it.
+    #[inline]
+    fn child(self, b: &Branch, key: &[u8]) -> (usize, Self) {
+        match self {
+            Route::Known([ci, rest @ ..], p) if (*ci as usize) < b.children.len() => {
+                (*ci as usize, Route::Known(rest, p))
+            }
+            _ => (b.child_for(&KeyProbe::new(key)), Route::Search),
+        }
+    }
+
+    /// Where `key` is in `l`.
+    #[inline]
+    fn probe(self, l: &Leaf, key: &[u8]) -> Probe {
+        match self {
+            Route::Known([], p) => *p,
+            _ => l.find(key),
+        }
+    }
+}
+
 /// Ordered map of one database's keys.
 #[derive(Clone, Default)]
 pub struct KeyMap {
@@ -139,6 +200,8 @@ pub struct KeyMap {
     len: usize,
     /// Bytes of the nodes reachable from `root`.
     live_bytes: usize,
+    /// Changes whenever a write changes the tree's shape (see [`Located`]).
+    shape: u64,
 }
 
 impl KeyMap {
@@ -179,11 +242,13 @@ impl KeyMap {
     /// and prefetched without being read, then every leaf's bytes are
     /// prefetched, then each is searched. A lookup in a large index is
     /// bound by memory latency, and this lets up to [`GET_MANY`] of them
-    /// wait together instead of one after the other.
-    pub fn get_many(&self, keys: &[&[u8]], out: &mut Vec<Option<Meta>>) {
+    /// wait together instead of one after the other. Each key's value comes
+    /// with where it was found, for a write that follows
+    /// ([`insert_located`](Self::insert_located)).
+    pub fn locate_many(&self, keys: &[&[u8]], out: &mut Vec<(Option<Meta>, Option<Located>)>) {
         out.clear();
         let Some(root) = self.root.as_ref() else {
-            out.resize(keys.len(), None);
+            out.resize(keys.len(), (None, None));
             return;
         };
         // Branch levels above the leaves (all leaves are at one depth).
@@ -193,31 +258,49 @@ impl KeyMap {
             height += 1;
             n = &b.children[0];
         }
+        let mut paths: ArrayVec<ArrayVec<u8, MAX_HEIGHT>, GET_MANY> = ArrayVec::new();
         for chunk in keys.chunks(GET_MANY) {
             let mut leaves: ArrayVec<&Arc<Node>, GET_MANY> = ArrayVec::new();
+            paths.clear();
             for k in chunk {
                 let probe = KeyProbe::new(k);
                 let mut arc = root;
+                let mut path = ArrayVec::new();
                 for _ in 0..height {
                     if let Node::Branch(b) = &**arc {
-                        arc = &b.children[b.child_for(&probe)];
+                        let ci = b.child_for(&probe);
+                        // A child index fits a byte (BRANCH_CAP); a path
+                        // too deep to record is searched again.
+                        let _ = path.try_push(ci as u8);
+                        arc = &b.children[ci];
                     }
                 }
                 crate::ffi::cpu::prefetch(Arc::as_ptr(arc));
                 leaves.push(arc);
+                paths.push(path);
             }
             for arc in &leaves {
                 if let Node::Leaf(l) = &***arc {
                     l.prefetch();
                 }
             }
-            for (arc, k) in leaves.iter().zip(chunk) {
+            for ((arc, k), path) in leaves.iter().zip(chunk).zip(paths.drain(..)) {
                 out.push(match &***arc {
-                    Node::Leaf(l) => l.get(k),
-                    Node::Branch(_) => self.get(k),
+                    Node::Leaf(l) if path.len() == height => {
+                        let probe = l.find(k);
+                        let meta = probe.found.then(|| l.meta_at(&probe));
+                        (meta, Some(Located { path, probe }))
+                    }
+                    _ => (self.get(k), None),
                 });
             }
         }
+    }
+
+    /// Changes whenever a write changes the tree's shape: a [`Located`]
+    /// found before is valid only while this is unchanged.
+    pub fn shape(&self) -> u64 {
+        self.shape
     }
 
     /// Inserts or replaces; returns the previous value. A write that
@@ -232,15 +315,27 @@ impl KeyMap {
     /// [`insert`](Self::insert) for a caller that knows the key does not
     /// already hold `meta` (no read-only descent first).
     pub fn insert_changed(&mut self, key: &[u8], meta: Meta) -> Option<Meta> {
-        let mut delta = 0isize;
+        self.insert_by(key, meta, Route::Search)
+    }
+
+    /// [`insert_changed`](Self::insert_changed) where `at` says (see
+    /// [`Located`]: the caller guarantees it is still valid), without
+    /// searching the branches or the leaf again.
+    pub fn insert_located(&mut self, key: &[u8], meta: Meta, at: &Located) -> Option<Meta> {
+        self.insert_by(key, meta, Route::Known(&at.path, &at.probe))
+    }
+
+    fn insert_by(&mut self, key: &[u8], meta: Meta, route: Route<'_>) -> Option<Meta> {
+        let mut e = Edit::default();
         let Some(root) = self.root.as_mut() else {
             let root = new_node(Node::Leaf(Leaf::with(key, meta)));
             self.live_bytes = bytes(&root);
             self.root = Some(root);
             self.len = 1;
+            self.shape += 1;
             return None;
         };
-        let (old, split) = insert(root, key, meta, &mut delta);
+        let (old, split) = insert(root, key, meta, &mut e, route);
         // The root split: a new root above its two halves.
         if let Some((sep, right)) = split {
             let mut b = Branch {
@@ -251,13 +346,16 @@ impl KeyMap {
             b.children.extend(self.root.take());
             b.children.push(right);
             let root = new_node(Node::Branch(Box::new(b)));
-            delta += bytes(&root) as isize;
+            e.bytes += bytes(&root) as isize;
             self.root = Some(root);
         }
         if old.is_none() {
             self.len += 1;
         }
-        self.live_bytes = self.live_bytes.saturating_add_signed(delta);
+        if e.reshaped {
+            self.shape += 1;
+        }
+        self.live_bytes = self.live_bytes.saturating_add_signed(e.bytes);
         old
     }
 
@@ -271,9 +369,19 @@ impl KeyMap {
     /// [`remove`](Self::remove) for a caller that knows the key is present
     /// (no read-only descent first; a missing key would copy its path).
     pub fn remove_present(&mut self, key: &[u8]) -> Option<Meta> {
-        let mut delta = 0isize;
+        self.remove_by(key, Route::Search)
+    }
+
+    /// [`remove_present`](Self::remove_present) where `at` says (see
+    /// [`insert_located`](Self::insert_located)).
+    pub fn remove_located(&mut self, key: &[u8], at: &Located) -> Option<Meta> {
+        self.remove_by(key, Route::Known(&at.path, &at.probe))
+    }
+
+    fn remove_by(&mut self, key: &[u8], route: Route<'_>) -> Option<Meta> {
+        let mut e = Edit::default();
         let root = self.root.as_mut()?;
-        let removed = remove(root, key, &mut delta);
+        let removed = remove(root, key, &mut e, route);
         if removed.is_some() {
             self.len -= 1;
         }
@@ -281,19 +389,24 @@ impl KeyMap {
         while let Some(r) = self.root.as_deref() {
             match r {
                 Node::Branch(b) if b.children.len() == 1 => {
-                    delta -= bytes(r) as isize;
+                    e.bytes -= bytes(r) as isize;
+                    e.reshaped = true;
                     let only = b.children[0].clone();
                     self.root = Some(only);
                 }
                 n if n.is_empty() => {
-                    delta -= bytes(n) as isize;
+                    e.bytes -= bytes(n) as isize;
+                    e.reshaped = true;
                     self.root = None;
                     break;
                 }
                 _ => break,
             }
         }
-        self.live_bytes = self.live_bytes.saturating_add_signed(delta);
+        if e.reshaped {
+            self.shape += 1;
+        }
+        self.live_bytes = self.live_bytes.saturating_add_signed(e.bytes);
         removed
     }
 
@@ -441,12 +554,13 @@ fn insert(
     node: &mut Arc<Node>,
     key: &[u8],
     meta: Meta,
-    delta: &mut isize,
+    e: &mut Edit,
+    route: Route<'_>,
 ) -> (Option<Meta>, Split) {
     let before = bytes(node) as isize;
     let out = match Arc::make_mut(node) {
         Node::Leaf(l) => {
-            let p = l.find(key);
+            let p = route.probe(l, key);
             if p.found {
                 let old = l.meta_at(&p);
                 l.set_meta(&p, meta);
@@ -462,7 +576,8 @@ fn insert(
                     let (right, last_left) = l.split_off(at);
                     let sep = separator(&last_left, right.first_key());
                     let right = new_node(Node::Leaf(right));
-                    *delta += bytes(&right) as isize;
+                    e.bytes += bytes(&right) as isize;
+                    e.reshaped = true;
                     (None, Some((sep, right)))
                 } else {
                     (None, None)
@@ -470,8 +585,8 @@ fn insert(
             }
         }
         Node::Branch(b) => {
-            let ci = b.child_for(&KeyProbe::new(key));
-            let (old, split) = insert(&mut b.children[ci], key, meta, delta);
+            let (ci, below) = route.child(b, key);
+            let (old, split) = insert(&mut b.children[ci], key, meta, e, below);
             let Some((sep, child)) = split else {
                 return (old, None);
             };
@@ -506,12 +621,12 @@ fn insert(
                     (up, right)
                 };
                 let node = new_node(Node::Branch(Box::new(right.1)));
-                *delta += bytes(&node) as isize;
+                e.bytes += bytes(&node) as isize;
                 (old, Some((right.0, node)))
             }
         }
     };
-    *delta += bytes(node) as isize - before;
+    e.bytes += bytes(node) as isize - before;
     out
 }
 
@@ -524,42 +639,43 @@ fn split_branch(b: &mut Branch, at: usize) -> (Key, Branch) {
     (up, Branch { keys, children })
 }
 
-fn remove(node: &mut Arc<Node>, key: &[u8], delta: &mut isize) -> Option<Meta> {
+fn remove(node: &mut Arc<Node>, key: &[u8], e: &mut Edit, route: Route<'_>) -> Option<Meta> {
     let before = bytes(node) as isize;
     let out = match Arc::make_mut(node) {
         Node::Leaf(l) => {
-            let p = l.find(key);
+            let p = route.probe(l, key);
             p.found.then(|| l.remove_at(&p))
         }
         Node::Branch(b) => {
-            let ci = b.child_for(&KeyProbe::new(key));
-            let removed = remove(&mut b.children[ci], key, delta);
+            let (ci, below) = route.child(b, key);
+            let removed = remove(&mut b.children[ci], key, e, below);
             if b.children[ci].is_empty() {
                 // An empty child goes with a separator, if it has one (a
                 // branch may have a single child after an ascending split;
                 // emptied, it is removed by its own parent in turn).
                 let gone = b.children.remove(ci);
-                *delta -= bytes(&gone) as isize;
+                e.bytes -= bytes(&gone) as isize;
+                e.reshaped = true;
                 if !b.keys.is_empty() {
                     b.keys.remove(ci.saturating_sub(1));
                 }
             } else if b.children[ci].underfull() {
                 // Merge with the left neighbour, else the right one.
-                let merged = ci > 0 && merge_if_fits(b, ci - 1, delta);
+                let merged = ci > 0 && merge_if_fits(b, ci - 1, e);
                 if !merged && ci + 1 < b.children.len() {
-                    merge_if_fits(b, ci, delta);
+                    merge_if_fits(b, ci, e);
                 }
             }
             removed
         }
     };
-    *delta += bytes(node) as isize - before;
+    e.bytes += bytes(node) as isize - before;
     out
 }
 
 /// Merges `children[i + 1]` into `children[i]` if their entries fit in one
 /// node; returns whether it did.
-fn merge_if_fits(b: &mut Branch, i: usize, delta: &mut isize) -> bool {
+fn merge_if_fits(b: &mut Branch, i: usize, e: &mut Edit) -> bool {
     let (l, r) = (&b.children[i], &b.children[i + 1]);
     let fits = match (&**l, &**r) {
         (Node::Leaf(x), Node::Leaf(y)) => x.encoded_len() + y.encoded_len() <= LEAF_MAX,
@@ -571,7 +687,8 @@ fn merge_if_fits(b: &mut Branch, i: usize, delta: &mut isize) -> bool {
     }
     let right = b.children.remove(i + 1);
     let sep = b.keys.remove(i);
-    *delta -= bytes(&right) as isize;
+    e.bytes -= bytes(&right) as isize;
+    e.reshaped = true;
     let before = bytes(&b.children[i]) as isize;
     match (Arc::make_mut(&mut b.children[i]), &*right) {
         (Node::Leaf(x), Node::Leaf(y)) => x.append(y),
@@ -582,7 +699,7 @@ fn merge_if_fits(b: &mut Branch, i: usize, delta: &mut isize) -> bool {
         }
         _ => {}
     }
-    *delta += bytes(&b.children[i]) as isize - before;
+    e.bytes += bytes(&b.children[i]) as isize - before;
     true
 }
 
