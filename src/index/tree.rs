@@ -105,6 +105,15 @@ impl Branch {
     fn child_for(&self, key: &KeyProbe<'_>) -> usize {
         self.keys.partition_point(|s| s.le(key))
     }
+
+    /// Prefetches the separators the first steps of a binary search over a
+    /// full branch read (see `locate_many`).
+    #[inline]
+    fn prefetch(&self) {
+        for i in [31, 15, 47, 7, 23, 39, 55] {
+            crate::ffi::cpu::prefetch(self.keys.as_ptr().wrapping_add(i));
+        }
+    }
 }
 
 impl Node {
@@ -260,24 +269,30 @@ impl KeyMap {
         }
         let mut paths: ArrayVec<ArrayVec<u8, MAX_HEIGHT>, GET_MANY> = ArrayVec::new();
         for chunk in keys.chunks(GET_MANY) {
-            let mut leaves: ArrayVec<&Arc<Node>, GET_MANY> = ArrayVec::new();
+            let probes: ArrayVec<KeyProbe<'_>, GET_MANY> =
+                chunk.iter().map(|k| KeyProbe::new(k)).collect();
+            let mut leaves: ArrayVec<&Arc<Node>, GET_MANY> = chunk.iter().map(|_| root).collect();
             paths.clear();
-            for k in chunk {
-                let probe = KeyProbe::new(k);
-                let mut arc = root;
-                let mut path = ArrayVec::new();
-                for _ in 0..height {
-                    if let Node::Branch(b) = &**arc {
-                        let ci = b.child_for(&probe);
+            paths.extend(chunk.iter().map(|_| ArrayVec::new()));
+            // Level by level, every key at once: the separators a search
+            // reads first are prefetched for all keys before any is
+            // searched, and each child node as soon as it is chosen.
+            for _ in 0..height {
+                for arc in &leaves {
+                    if let Node::Branch(b) = &***arc {
+                        b.prefetch();
+                    }
+                }
+                for ((arc, probe), path) in leaves.iter_mut().zip(&probes).zip(&mut paths) {
+                    if let Node::Branch(b) = &***arc {
+                        let ci = b.child_for(probe);
                         // A child index fits a byte (BRANCH_CAP); a path
                         // too deep to record is searched again.
                         let _ = path.try_push(ci as u8);
-                        arc = &b.children[ci];
+                        *arc = &b.children[ci];
+                        crate::ffi::cpu::prefetch(Arc::as_ptr(*arc));
                     }
                 }
-                crate::ffi::cpu::prefetch(Arc::as_ptr(arc));
-                leaves.push(arc);
-                paths.push(path);
             }
             for arc in &leaves {
                 if let Node::Leaf(l) = &***arc {
