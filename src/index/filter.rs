@@ -47,7 +47,7 @@ struct Block([AtomicU64; 8]);
 
 /// A 64-bit hash of a key (word-at-a-time multiply-mix; not
 /// cryptographic: only the spread matters here).
-fn hash(key: &[u8]) -> u64 {
+pub(super) fn hash(key: &[u8]) -> u64 {
     const K: u64 = 0x9E37_79B9_7F4A_7C15;
     let mut h = (key.len() as u64).wrapping_mul(K) ^ 0x2545_F491_4F6C_DD1D;
     let mut chunks = key.chunks_exact(8);

@@ -41,23 +41,10 @@ impl Default for Recent {
     }
 }
 
-/// The slot of `key` in `db`: a multiplicative hash of its 8-byte words.
+/// The slot of `key` in `db`.
 #[inline]
 fn slot(db: usize, key: &[u8]) -> usize {
-    const K: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut h = (db as u64 ^ key.len() as u64).wrapping_mul(K);
-    let mut words = key.chunks_exact(8);
-    for w in &mut words {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(w);
-        h = (h.rotate_left(23) ^ u64::from_le_bytes(b)).wrapping_mul(K);
-    }
-    let rest = words.remainder();
-    if !rest.is_empty() {
-        let mut b = [0u8; 8];
-        b[..rest.len()].copy_from_slice(rest);
-        h = (h.rotate_left(23) ^ u64::from_le_bytes(b)).wrapping_mul(K);
-    }
+    let h = super::filter::hash(key) ^ (db as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     (h >> 40) as usize % SLOTS
 }
 
