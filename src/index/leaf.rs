@@ -72,15 +72,6 @@ fn size_class(n: usize) -> usize {
 }
 
 #[inline]
-fn put_varint(out: &mut Vec<u8>, mut v: usize) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-#[inline]
 fn get_varint(buf: &[u8], off: &mut usize) -> usize {
     let mut v = 0usize;
     let mut shift = 0;
@@ -99,27 +90,84 @@ const HAS_EXPIRY: u8 = 0x80;
 const TYPE_ESCAPE: u8 = 0x7f;
 const EXPIRY_BYTES: usize = 7;
 
+/// An entry header (everything before the suffix, see the module docs)
+/// encoded on the stack: two varints of at most 10 bytes, the tag, the type
+/// id and the expiry.
+#[derive(Clone, Copy)]
+struct Head {
+    b: [u8; 32],
+    n: usize,
+}
+
+impl Head {
+    #[inline]
+    fn new(shared: usize, len: usize, meta: Meta) -> Head {
+        let mut h = Head { b: [0; 32], n: 0 };
+        h.varint(shared);
+        h.varint(len);
+        let ty: TypeId = meta.type_id();
+        let raw = meta.raw_expire();
+        let mut tag = ty.min(TYPE_ESCAPE);
+        if raw != 0 {
+            tag |= HAS_EXPIRY;
+        }
+        h.push(tag);
+        if ty >= TYPE_ESCAPE {
+            h.push(ty);
+        }
+        if raw != 0 {
+            for b in &raw.to_le_bytes()[..EXPIRY_BYTES] {
+                h.push(*b);
+            }
+        }
+        h
+    }
+
+    #[inline]
+    fn push(&mut self, b: u8) {
+        if let Some(d) = self.b.get_mut(self.n) {
+            *d = b;
+            self.n += 1;
+        }
+    }
+
+    #[inline]
+    fn varint(&mut self, mut v: usize) {
+        while v >= 0x80 {
+            self.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        self.push(v as u8);
+    }
+
+    #[inline]
+    fn bytes(&self) -> &[u8] {
+        &self.b[..self.n]
+    }
+
+    #[inline]
+    fn len(&self) -> usize {
+        self.n
+    }
+}
+
 /// Appends one encoded entry.
 fn encode(out: &mut Vec<u8>, shared: usize, suffix: &[u8], meta: Meta) {
-    put_varint(out, shared);
-    put_varint(out, suffix.len());
-    encode_meta(out, meta);
+    out.extend_from_slice(Head::new(shared, suffix.len(), meta).bytes());
     out.extend_from_slice(suffix);
 }
 
-fn encode_meta(out: &mut Vec<u8>, meta: Meta) {
-    let ty: TypeId = meta.type_id();
-    let raw = meta.raw_expire();
-    let mut tag = ty.min(TYPE_ESCAPE);
-    if raw != 0 {
-        tag |= HAS_EXPIRY;
-    }
-    out.push(tag);
-    if ty >= TYPE_ESCAPE {
-        out.push(ty);
-    }
-    if raw != 0 {
-        out.extend_from_slice(&raw.to_le_bytes()[..EXPIRY_BYTES]);
+/// Writes `parts` one after the other at the start of `dst` (as much of
+/// them as fits).
+#[inline]
+fn write_parts(dst: &mut [u8], parts: &[&[u8]]) {
+    let mut at = 0;
+    for part in parts {
+        let end = (at + part.len()).min(dst.len());
+        if let (Some(d), Some(src)) = (dst.get_mut(at..end), part.get(..end - at)) {
+            d.copy_from_slice(src);
+        }
+        at = end;
     }
 }
 
@@ -271,17 +319,42 @@ impl Leaf {
     /// Replaces `range` of the buffer, growing it to a size class (never by
     /// doubling) and shrinking it when it holds far less than it could.
     fn splice(&mut self, range: Range<usize>, with: &[u8]) {
+        self.rewrite(range, with.len(), |_, w| write_parts(w, &[with]));
+    }
+
+    /// Makes `range` of the buffer `new_len` bytes long, moving what
+    /// follows it, with the capacity policy of [`Leaf::splice`]. `fill`
+    /// gets the bytes before the range and a window starting at the range
+    /// that holds the range's old bytes first and is at least `new_len`
+    /// long: it must leave the range's new bytes in the window's first
+    /// `new_len`. No allocation unless the buffer must grow or shrink.
+    fn rewrite(
+        &mut self,
+        range: Range<usize>,
+        new_len: usize,
+        fill: impl FnOnce(&[u8], &mut [u8]),
+    ) {
         let before = self.buf.capacity();
-        let new_len = self.buf.len() - range.len() + with.len();
-        if new_len > before {
-            self.buf.reserve_exact(size_class(new_len) - self.buf.len());
+        let old_total = self.buf.len();
+        let (start, end) = (range.start.min(old_total), range.end.min(old_total));
+        let end = end.max(start);
+        let total = old_total - (end - start) + new_len;
+        if total > before {
+            self.buf.reserve_exact(size_class(total) - old_total);
         }
-        if range.len() == with.len() {
-            if let Some(dst) = self.buf.get_mut(range) {
-                dst.copy_from_slice(with);
-            }
-        } else {
-            self.buf.splice(range, with.iter().copied());
+        let grow = new_len > end - start;
+        if grow {
+            self.buf.resize(total, 0);
+            self.buf.copy_within(end..old_total, start + new_len);
+        }
+        let window = new_len.max(end - start);
+        let (pre, rest) = self.buf.split_at_mut(start);
+        if let Some(w) = rest.get_mut(..window) {
+            fill(pre, w);
+        }
+        if !grow && new_len < end - start {
+            self.buf.copy_within(end..old_total, start + new_len);
+            self.buf.truncate(total);
         }
         let want = size_class(self.buf.len());
         if self.buf.capacity() > want + want / 4 + 64 {
@@ -352,25 +425,38 @@ impl Leaf {
     /// Moves the restart points after `from` by `delta` bytes (an edit
     /// there changed the length of what precedes them); drops duplicates and
     /// points past the end.
+    ///
+    /// An edit never reorders the points: those moved stay after those
+    /// kept, so the only duplicate possible is the first moved one landing
+    /// on the last kept one, and the points past the end (or past `u16`)
+    /// are the last ones.
     fn shift_restarts(&mut self, from: usize, delta: isize) {
         let len = self.buf.len();
-        let mut last = None;
-        self.restarts.retain(|o| {
-            let at = if *o as usize > from {
-                *o as isize + delta
-            } else {
-                *o as isize
-            };
+        let mut kept = 0;
+        let mut cut = self.restarts.len();
+        for (i, o) in self.restarts.iter_mut().enumerate() {
+            if *o as usize <= from {
+                kept = i + 1;
+                continue;
+            }
             // Offsets past u16 are not kept (a leaf that large holds a few
             // huge keys: its runs are short in entries anyway).
-            let Ok(at) = u16::try_from(at) else {
-                return false;
-            };
-            let keep = (at as usize) < len && last != Some(at);
-            *o = at;
-            last = Some(at);
-            keep
-        });
+            match u16::try_from(*o as isize + delta) {
+                Ok(at) => *o = at,
+                Err(_) => {
+                    cut = i;
+                    break;
+                }
+            }
+        }
+        self.restarts.truncate(cut);
+        if kept > 0 && kept < self.restarts.len() && self.restarts[kept - 1] == self.restarts[kept]
+        {
+            self.restarts.remove(kept);
+        }
+        while self.restarts.last().is_some_and(|&o| o as usize >= len) {
+            self.restarts.pop();
+        }
     }
 
     /// Gives the run of restart point `run` a restart point in its middle
@@ -388,22 +474,26 @@ impl Leaf {
         if end - start <= RUN_MAX || self.restarts.is_full() {
             return;
         }
-        let mut key = Vec::new();
-        let mut off = step(&self.buf, start, &mut key).0;
+        let mut off = hdr(&self.buf, start).end;
         let mid = start + (end - start) / 2;
         while off < mid {
-            off = step(&self.buf, off, &mut key).0;
+            off = hdr(&self.buf, off).end;
         }
         if off >= end || off > u16::MAX as usize {
             return;
         }
+        // The entry at `off` is rewritten whole: a new header, then the
+        // `shared` bytes it took from its predecessor, then its suffix,
+        // which stays in place.
         let h = hdr(&self.buf, off);
-        key.truncate(h.shared);
-        key.extend_from_slice(h.suffix(&self.buf));
-        let mut whole = Vec::with_capacity(key.len() + 16);
-        encode(&mut whole, 0, &key, h.meta);
-        let delta = whole.len() as isize - (h.end - off) as isize;
-        self.splice(off..h.end, &whole);
+        let head = Head::new(0, h.shared + (h.end - h.body), h.meta);
+        let new_len = head.len() + h.shared;
+        self.rewrite(off..h.body, new_len, |pre, w| {
+            let (hw, key) = w.split_at_mut(head.len().min(w.len()));
+            write_parts(hw, &[head.bytes()]);
+            prefix_into(pre, start, key.get_mut(..h.shared).unwrap_or(&mut []));
+        });
+        let delta = new_len as isize - (h.body - off) as isize;
         self.shift_restarts(off, delta);
         self.restarts.insert(run + 1, off as u16);
     }
@@ -472,12 +562,11 @@ impl Leaf {
     /// Sets the metadata of the entry `p` found.
     pub fn set_meta(&mut self, p: &Probe, meta: Meta) {
         let h = hdr(&self.buf, p.off);
-        let mut head = Vec::with_capacity(16);
-        put_varint(&mut head, h.shared);
-        put_varint(&mut head, h.end - h.body);
-        encode_meta(&mut head, meta);
+        let head = Head::new(h.shared, h.end - h.body, meta);
         let delta = head.len() as isize - (h.body - p.off) as isize;
-        self.splice(p.off..h.body, &head);
+        self.rewrite(p.off..h.body, head.len(), |_, w| {
+            write_parts(w, &[head.bytes()])
+        });
         self.shift_restarts(p.off, delta);
     }
 
@@ -487,22 +576,27 @@ impl Leaf {
     /// before, so the successor only drops bytes from its suffix), unless
     /// the successor is a restart point, which stays whole.
     pub fn insert_at(&mut self, p: &Probe, key: &[u8], meta: Meta) {
-        let mut new = Vec::with_capacity(key.len() - p.lcp_prev + 24);
-        encode(&mut new, p.lcp_prev, &key[p.lcp_prev..], meta);
+        let suffix = key.get(p.lcp_prev..).unwrap_or(&[]);
+        let head = Head::new(p.lcp_prev, suffix.len(), meta);
+        // The successor's new header, and where its kept suffix starts.
+        let mut next = None;
         let mut end = p.off;
         let next_is_restart =
             p.off > 0 && u16::try_from(p.off).is_ok_and(|o| self.restarts.contains(&o));
         if p.off < self.buf.len() && !next_is_restart {
             let h = hdr(&self.buf, p.off);
             if p.lcp_next > h.shared {
-                let drop = p.lcp_next - h.shared;
-                let suffix = h.suffix(&self.buf).get(drop..).unwrap_or(&[]);
-                encode(&mut new, p.lcp_next, suffix, h.meta);
-                end = h.end;
+                let drop = (p.lcp_next - h.shared).min(h.end - h.body);
+                next = Some(Head::new(p.lcp_next, h.end - h.body - drop, h.meta));
+                end = h.body + drop;
             }
         }
-        let delta = new.len() as isize - (end - p.off) as isize;
-        self.splice(p.off..end, &new);
+        let next_head = next.as_ref().map_or(&[][..], |h| h.bytes());
+        let new_len = head.len() + suffix.len() + next_head.len();
+        let delta = new_len as isize - (end - p.off) as isize;
+        self.rewrite(p.off..end, new_len, |_, w| {
+            write_parts(w, &[head.bytes(), suffix, next_head])
+        });
         self.len += 1;
         if self.restarts.is_empty() {
             self.restarts.push(0);
@@ -517,20 +611,31 @@ impl Leaf {
     /// takes over the bytes it shared through it.
     pub fn remove_at(&mut self, p: &Probe) -> Meta {
         let h = hdr(&self.buf, p.off);
-        let mut new = Vec::new();
-        let mut end = h.end;
+        let mut range = p.off..h.end;
+        let mut new_len = 0;
         if h.end < self.buf.len() {
             let n = hdr(&self.buf, h.end);
             if n.shared > h.shared {
-                let mut suffix = Vec::with_capacity(n.end - n.body + n.shared - h.shared);
-                suffix.extend_from_slice(&h.suffix(&self.buf)[..n.shared - h.shared]);
-                suffix.extend_from_slice(n.suffix(&self.buf));
-                encode(&mut new, h.shared, &suffix, n.meta);
-                end = n.end;
+                // The successor's new entry: a header, the bytes it took
+                // from the removed entry's suffix (moved within the
+                // window), then its own suffix, which stays in place.
+                let took = (n.shared - h.shared).min(h.end - h.body);
+                let head = Head::new(h.shared, took + (n.end - n.body), n.meta);
+                range = p.off..n.body;
+                new_len = head.len() + took;
+                let from = h.body - p.off;
+                self.rewrite(range.clone(), new_len, |_, w| {
+                    if from + took <= w.len() && head.len() + took <= w.len() {
+                        w.copy_within(from..from + took, head.len());
+                    }
+                    write_parts(w, &[head.bytes()]);
+                });
             }
         }
-        let delta = new.len() as isize - (end - p.off) as isize;
-        self.splice(p.off..end, &new);
+        if new_len == 0 {
+            self.rewrite(range.clone(), 0, |_, _| {});
+        }
+        let delta = new_len as isize - range.len() as isize;
         self.len -= 1;
         self.shift_restarts(p.off, delta);
         h.meta
@@ -695,6 +800,25 @@ fn step(buf: &[u8], off: usize, key: &mut Vec<u8>) -> (usize, Meta) {
     (h.end, h.meta)
 }
 
+/// Writes into `out` the first `out.len()` bytes of the key of the entry
+/// that ends `buf`, decoding only the headers of the entries from `start`
+/// (an entry stored whole, at or before it). Each entry rewrites the
+/// positions from its `shared` on, so the last write of each position is
+/// the right byte.
+fn prefix_into(buf: &[u8], start: usize, out: &mut [u8]) {
+    let mut off = start;
+    while off < buf.len() {
+        let h = hdr(buf, off);
+        if let Some(dst) = out.get_mut(h.shared..) {
+            let n = dst.len().min(h.end - h.body);
+            if let (Some(d), Some(src)) = (dst.get_mut(..n), buf.get(h.body..h.body + n)) {
+                d.copy_from_slice(src);
+            }
+        }
+        off = h.end;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -732,11 +856,12 @@ mod tests {
     #[case(300)]
     #[case(1 << 40)]
     fn varints_round_trip(#[case] v: usize) {
-        let mut b = Vec::new();
-        put_varint(&mut b, v);
+        let h = Head::new(v, 0, Meta::new(STRING, None));
+        let b = h.bytes();
         let mut off = 0;
-        assert_eq!(get_varint(&b, &mut off), v);
-        assert_eq!(off, b.len());
+        assert_eq!(get_varint(b, &mut off), v);
+        assert_eq!(get_varint(b, &mut off), 0);
+        assert_eq!(off, b.len() - 1);
     }
 
     #[rstest]
@@ -785,6 +910,45 @@ mod tests {
             off = l.read(off, &mut k).map_or(off, |(next, _)| next);
         }
         assert_eq!(p.off, off);
+    }
+
+    #[rstest]
+    #[case(&["ab", "c"], 5, b"abc\0\0")]
+    #[case(&["ab", "cd"], 3, b"abc")]
+    #[case(&["", "x"], 2, b"x\0")]
+    #[case(&[], 1, b"\0")]
+    fn parts_are_written_in_order(#[case] parts: &[&str], #[case] len: usize, #[case] want: &[u8]) {
+        let mut dst = vec![0u8; len];
+        let parts: Vec<&[u8]> = parts.iter().map(|p| p.as_bytes()).collect();
+        write_parts(&mut dst, &parts);
+        assert_eq!(dst, want);
+    }
+
+    fn leaf_with_restarts(len: usize, restarts: &[u16]) -> Leaf {
+        let mut l = Leaf::default();
+        l.splice(0..0, &vec![0; len]);
+        l.restarts = restarts.iter().copied().collect();
+        l
+    }
+
+    #[rstest]
+    #[case::grow(&[0, 10, 20], 30, 5, 3, &[0, 13, 23])]
+    #[case::after_the_edit_only(&[0, 10, 20], 30, 10, 3, &[0, 10, 23])]
+    #[case::shrink(&[0, 10, 20], 30, 5, -4, &[0, 6, 16])]
+    #[case::duplicate(&[0, 10, 20], 30, 10, -10, &[0, 10])]
+    #[case::past_the_end(&[0, 10, 20], 20, 10, 0, &[0, 10])]
+    #[case::kept_past_the_end(&[0, 10], 10, 10, -5, &[0])]
+    #[case::past_u16(&[0, 10, 65530], 30, 5, 10, &[0, 20])]
+    fn restarts_shift(
+        #[case] restarts: &[u16],
+        #[case] len: usize,
+        #[case] from: usize,
+        #[case] delta: isize,
+        #[case] want: &[u16],
+    ) {
+        let mut l = leaf_with_restarts(len, restarts);
+        l.shift_restarts(from, delta);
+        assert_eq!(&l.restarts[..], want);
     }
 
     #[derive(Debug, Clone)]
@@ -862,6 +1026,64 @@ mod tests {
                     let want: Vec<Vec<u8>> = model.keys().filter(|k| if inclusive { **k >= probe } else { **k > probe }).cloned().collect();
                     prop_assert_eq!(got, want);
                 }
+            }
+        }
+
+        /// `rewrite` (through `splice`) gives the bytes of `Vec::splice`
+        /// and the capacity of the size-class policy.
+        #[test]
+        fn splices_like_vec_splice(
+            init in proptest::collection::vec(any::<u8>(), 0..3000),
+            a in 0usize..3000,
+            b in 0usize..3000,
+            with in proptest::collection::vec(any::<u8>(), 0..1500),
+        ) {
+            let (a, b) = (a.min(init.len()), b.min(init.len()));
+            let range = a.min(b)..a.max(b);
+            let mut l = Leaf::default();
+            l.splice(0..0, &init);
+            let mut model = Vec::with_capacity(l.capacity());
+            model.extend_from_slice(&init);
+            let new_len = model.len() - range.len() + with.len();
+            if new_len > model.capacity() {
+                model.reserve_exact(size_class(new_len) - model.len());
+            }
+            model.splice(range.clone(), with.iter().copied());
+            let want = size_class(model.len());
+            if model.capacity() > want + want / 4 + 64 {
+                model.shrink_to(want);
+            }
+            l.splice(range, &with);
+            prop_assert_eq!(&l.buf, &model);
+            prop_assert_eq!(l.capacity(), model.capacity());
+        }
+
+        #[test]
+        fn heads_decode(shared in 0usize..1 << 40, len in 0usize..1 << 20, ty in any::<u8>(), exp in proptest::option::of(0i64..1 << 50)) {
+            let m = Meta::new(ty, exp);
+            let head = Head::new(shared, len, m);
+            let mut buf = head.bytes().to_vec();
+            buf.resize(buf.len() + len, 7);
+            let h = hdr(&buf, 0);
+            prop_assert_eq!(h.shared, shared);
+            prop_assert_eq!(h.body, head.len());
+            prop_assert_eq!(h.end, buf.len());
+            prop_assert_eq!(h.meta, m);
+        }
+
+        /// `prefix_into` rebuilds any prefix of every key from the headers.
+        #[test]
+        fn prefixes_decode(keys in proptest::collection::btree_set(key(), 1..40), cut in 0usize..12) {
+            let keys: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+            let l = build(&keys);
+            let mut off = 0;
+            for k in &keys {
+                let n = cut.min(k.len());
+                let mut out = vec![0u8; n];
+                let end = hdr(&l.buf, off).end;
+                prefix_into(&l.buf[..end], 0, &mut out);
+                prop_assert_eq!(&out[..], &k[..n]);
+                off = end;
             }
         }
 
