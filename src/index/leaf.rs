@@ -191,9 +191,15 @@ impl Hdr {
 
 #[inline]
 fn hdr(buf: &[u8], off: usize) -> Hdr {
-    let mut o = off;
-    let shared = get_varint(buf, &mut o);
-    let slen = get_varint(buf, &mut o);
+    // Both lengths under 128 (one byte each) is the common case.
+    let (shared, slen, mut o) = match buf.get(off..off + 2) {
+        Some(&[s, l]) if s < 0x80 && l < 0x80 => (s as usize, l as usize, off + 2),
+        _ => {
+            let mut o = off;
+            let shared = get_varint(buf, &mut o);
+            (shared, get_varint(buf, &mut o), o)
+        }
+    };
     let tag = buf.get(o).copied().unwrap_or(0);
     o += 1;
     let mut ty = tag & TYPE_ESCAPE;
@@ -371,12 +377,26 @@ impl Leaf {
     /// sharing exactly `matched` bytes needs its suffix compared.
     pub fn find(&self, key: &[u8]) -> Probe {
         let buf = &self.buf[..];
-        let run = self
-            .restarts
-            .partition_point(|&o| hdr(buf, o as usize).suffix(buf) <= key)
-            .saturating_sub(1);
+        let (lo, lcp_lo) = self.search_restarts(key);
+        let run = lo.saturating_sub(1);
         let mut off = self.restarts.get(run).map_or(0, |&o| o as usize);
         let mut matched = 0usize;
+        if lo > 0 {
+            // The restart point's key is not greater than `key` and shares
+            // `lcp_lo` bytes with it: equal, or passed with that prefix.
+            let h = hdr(buf, off);
+            if lcp_lo == h.end - h.body && lcp_lo == key.len() {
+                return Probe {
+                    found: true,
+                    off,
+                    run,
+                    lcp_prev: 0,
+                    lcp_next: 0,
+                };
+            }
+            matched = lcp_lo;
+            off = h.end;
+        }
         while off < buf.len() {
             let h = hdr(buf, off);
             if h.shared > matched {
@@ -420,6 +440,42 @@ impl Leaf {
             lcp_prev: matched,
             lcp_next: 0,
         }
+    }
+
+    /// Binary-searches the restart points: returns how many have a key not
+    /// greater than `key`, and the common prefix of `key` and the last of
+    /// them (0 if none). Each step skips the bytes `key` is known to share
+    /// with both bounds of the search (a key between two others shares at
+    /// least the shorter of their common prefixes with `key`), so the
+    /// prefix the leaf's keys share is compared once, eight bytes at a time.
+    #[inline]
+    fn search_restarts(&self, key: &[u8]) -> (usize, usize) {
+        let buf = &self.buf[..];
+        let (mut lo, mut hi) = (0, self.restarts.len());
+        let (mut lcp_lo, mut lcp_hi) = (0, 0);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let whole = self
+                .restarts
+                .get(mid)
+                .map_or(&[][..], |&o| hdr(buf, o as usize).suffix(buf));
+            let skip = lcp_lo.min(lcp_hi);
+            let (a, b) = (whole.get(skip..), key.get(skip..));
+            let l = skip + lcp(a.unwrap_or(&[]), b.unwrap_or(&[]));
+            let le = match (whole.get(l), key.get(l)) {
+                (None, _) => true,
+                (Some(_), None) => false,
+                (Some(x), Some(y)) => x < y,
+            };
+            if le {
+                lo = mid + 1;
+                lcp_lo = l;
+            } else {
+                hi = mid;
+                lcp_hi = l;
+            }
+        }
+        (lo, if lo > 0 { lcp_lo } else { 0 })
     }
 
     /// Moves the restart points after `from` by `delta` bytes (an edit
@@ -1084,6 +1140,20 @@ mod tests {
                 prefix_into(&l.buf[..end], 0, &mut out);
                 prop_assert_eq!(&out[..], &k[..n]);
                 off = end;
+            }
+        }
+
+        /// The restart search gives the count of a linear scan, and the
+        /// common prefix with the last restart key not greater.
+        #[test]
+        fn restart_search_matches_a_linear_scan(keys in proptest::collection::btree_set(key(), 1..150), probes in proptest::collection::vec(key(), 1..20)) {
+            let keys: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+            let l = build(&keys);
+            let wholes: Vec<&[u8]> = l.restarts.iter().map(|&o| hdr(&l.buf, o as usize).suffix(&l.buf)).collect();
+            for probe in probes.iter().map(|p| &p[..]).chain(keys.iter().copied()) {
+                let want = wholes.partition_point(|w| *w <= probe);
+                let want_lcp = want.checked_sub(1).map_or(0, |i| lcp(wholes[i], probe));
+                prop_assert_eq!(l.search_restarts(probe), (want, want_lcp));
             }
         }
 
