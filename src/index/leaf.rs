@@ -1157,6 +1157,45 @@ mod tests {
             }
         }
 
+        /// `find` gives the probe of a plain scan from the first entry
+        /// (the same offsets and common prefixes, so edits through it are
+        /// the same).
+        #[test]
+        fn probes_match_a_plain_scan(keys in proptest::collection::btree_set(key(), 0..150), probes in proptest::collection::vec(key(), 1..20)) {
+            let keys: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+            let l = build(&keys);
+            for probe in probes.iter().map(|p| &p[..]).chain(keys.iter().copied()) {
+                let p = l.find(probe);
+                let mut off = 0;
+                let mut prev: Vec<u8> = Vec::new();
+                let mut k = Vec::new();
+                while let Some((next, _)) = l.read(off, &mut k) {
+                    if &k[..] >= probe {
+                        break;
+                    }
+                    prev.clone_from(&k);
+                    off = next;
+                }
+                let found = off < l.encoded_len() && &k[..] == probe;
+                prop_assert_eq!(p.found, found);
+                prop_assert_eq!(p.off, off);
+                // The run scanned: the last restart point not greater than the key.
+                let run = l.restarts.iter().rposition(|&r| (r as usize) < off || (found && r as usize == off));
+                prop_assert_eq!(p.run, run.unwrap_or(0));
+                if !found {
+                    prop_assert_eq!(p.lcp_prev, if off == 0 { 0 } else { lcp(&prev, probe) });
+                    let next = if off < l.encoded_len() { lcp(&k, probe) } else { 0 };
+                    // Before a restart point (never re-encoded by an
+                    // insertion) the scan may stop at its header (0 shared).
+                    if off > 0 && l.restarts.contains(&(off as u16)) {
+                        prop_assert!(p.lcp_next <= next);
+                    } else {
+                        prop_assert_eq!(p.lcp_next, next);
+                    }
+                }
+            }
+        }
+
         #[test]
         fn lcp_is_the_common_prefix(a in proptest::collection::vec(0u8..3, 0..40), b in proptest::collection::vec(0u8..3, 0..40)) {
             let want = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
