@@ -189,10 +189,31 @@ impl Hdr {
     }
 }
 
+/// Where the parts of an entry are.
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    shared: usize,
+    /// Where the tag is.
+    tag: usize,
+    /// Where the suffix starts.
+    body: usize,
+    /// Where the entry ends.
+    end: usize,
+}
+
+impl Span {
+    #[inline]
+    fn suffix<'a>(&self, buf: &'a [u8]) -> &'a [u8] {
+        buf.get(self.body..self.end).unwrap_or(&[])
+    }
+}
+
+/// Locates the parts of the entry at `off` without decoding its metadata
+/// (what a scan needs).
 #[inline]
-fn hdr(buf: &[u8], off: usize) -> Hdr {
+fn span(buf: &[u8], off: usize) -> Span {
     // Both lengths under 128 (one byte each) is the common case.
-    let (shared, slen, mut o) = match buf.get(off..off + 2) {
+    let (shared, slen, tag) = match buf.get(off..off + 2) {
         Some(&[s, l]) if s < 0x80 && l < 0x80 => (s as usize, l as usize, off + 2),
         _ => {
             let mut o = off;
@@ -200,8 +221,22 @@ fn hdr(buf: &[u8], off: usize) -> Hdr {
             (shared, get_varint(buf, &mut o), o)
         }
     };
-    let tag = buf.get(o).copied().unwrap_or(0);
-    o += 1;
+    let t = buf.get(tag).copied().unwrap_or(0);
+    let body =
+        tag + 1 + usize::from(t & TYPE_ESCAPE == TYPE_ESCAPE) + usize::from(t >> 7) * EXPIRY_BYTES;
+    Span {
+        shared,
+        tag,
+        body,
+        end: body + slen,
+    }
+}
+
+#[inline]
+fn hdr(buf: &[u8], off: usize) -> Hdr {
+    let s = span(buf, off);
+    let tag = buf.get(s.tag).copied().unwrap_or(0);
+    let mut o = s.tag + 1;
     let mut ty = tag & TYPE_ESCAPE;
     if ty == TYPE_ESCAPE {
         ty = buf.get(o).copied().unwrap_or(TYPE_ESCAPE);
@@ -214,12 +249,11 @@ fn hdr(buf: &[u8], off: usize) -> Hdr {
             b[..EXPIRY_BYTES].copy_from_slice(src);
         }
         raw = u64::from_le_bytes(b);
-        o += EXPIRY_BYTES;
     }
     Hdr {
-        shared,
-        body: o,
-        end: o + slen,
+        shared: s.shared,
+        body: s.body,
+        end: s.end,
         meta: Meta::from_raw(ty, raw),
     }
 }
@@ -384,7 +418,7 @@ impl Leaf {
         if lo > 0 {
             // The restart point's key is not greater than `key` and shares
             // `lcp_lo` bytes with it: equal, or passed with that prefix.
-            let h = hdr(buf, off);
+            let h = span(buf, off);
             if lcp_lo == h.end - h.body && lcp_lo == key.len() {
                 return Probe {
                     found: true,
@@ -398,7 +432,7 @@ impl Leaf {
             off = h.end;
         }
         while off < buf.len() {
-            let h = hdr(buf, off);
+            let h = span(buf, off);
             if h.shared > matched {
                 off = h.end;
                 continue;
@@ -458,7 +492,7 @@ impl Leaf {
             let whole = self
                 .restarts
                 .get(mid)
-                .map_or(&[][..], |&o| hdr(buf, o as usize).suffix(buf));
+                .map_or(&[][..], |&o| span(buf, o as usize).suffix(buf));
             let skip = lcp_lo.min(lcp_hi);
             let (a, b) = (whole.get(skip..), key.get(skip..));
             let l = skip + lcp(a.unwrap_or(&[]), b.unwrap_or(&[]));
@@ -864,7 +898,7 @@ fn step(buf: &[u8], off: usize, key: &mut Vec<u8>) -> (usize, Meta) {
 fn prefix_into(buf: &[u8], start: usize, out: &mut [u8]) {
     let mut off = start;
     while off < buf.len() {
-        let h = hdr(buf, off);
+        let h = span(buf, off);
         if let Some(dst) = out.get_mut(h.shared..) {
             let n = dst.len().min(h.end - h.body);
             if let (Some(d), Some(src)) = (dst.get_mut(..n), buf.get(h.body..h.body + n)) {
@@ -872,6 +906,91 @@ fn prefix_into(buf: &[u8], start: usize, out: &mut [u8]) {
             }
         }
         off = h.end;
+    }
+}
+
+/// The leaf's own cost per operation, in cache (no tree, no misses):
+/// `cargo test --release --lib leaf::speed -- --ignored --nocapture`
+#[cfg(test)]
+mod speed {
+    use super::*;
+    use crate::index::meta::STRING;
+
+    fn cpu_ns() -> u64 {
+        std::fs::read_to_string("/proc/thread-self/schedstat")
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    }
+
+    #[test]
+    #[ignore]
+    fn ops() {
+        let rounds = 1_000_000u64;
+        for shape in ["seq", "uuid"] {
+            let key = |i: u64| -> Vec<u8> {
+                if shape == "seq" {
+                    format!("key:{:012}", i * 2).into_bytes()
+                } else {
+                    let h = (i * 2).wrapping_mul(0x9E3779B97F4A7C15);
+                    format!("{:016x}-{:019x}", h >> 8 << 8, h.rotate_left(17) >> 12).into_bytes()
+                }
+            };
+            let meta = Meta::new(STRING, None);
+            let mut all: Vec<Vec<u8>> = Vec::new();
+            let mut l = Leaf::default();
+            let mut i = 0;
+            while l.encoded_len() < LEAF_MAX * 3 / 4 {
+                let k = key(i);
+                let p = l.find(&k);
+                if !p.found {
+                    l.insert_at(&p, &k, meta);
+                    all.push(k);
+                }
+                i += 1;
+            }
+            all.sort();
+            // Absent keys between present ones.
+            let absent: Vec<Vec<u8>> = all
+                .iter()
+                .map(|k| {
+                    let mut a = k.clone();
+                    a.push(b'x');
+                    a
+                })
+                .collect();
+            let n = all.len() as u64;
+            let pick = |r: u64| (r.wrapping_mul(2654435761) % n) as usize;
+            let t0 = cpu_ns();
+            let mut hits = 0;
+            for r in 0..rounds {
+                hits += l.find(&all[pick(r)]).found as usize;
+            }
+            let find = (cpu_ns() - t0) as f64 / rounds as f64;
+            let t0 = cpu_ns();
+            for r in 0..rounds {
+                let k = &absent[pick(r)];
+                let p = l.find(k);
+                l.insert_at(&p, k, meta);
+                let p = l.find(k);
+                l.remove_at(&p);
+            }
+            let edit = (cpu_ns() - t0) as f64 / rounds as f64;
+            let t0 = cpu_ns();
+            for r in 0..rounds {
+                let p = l.find(&all[pick(r)]);
+                l.set_meta(
+                    &p,
+                    Meta::new(STRING, Some((r % 2) as i64 * 1_900_000_000_000)),
+                );
+            }
+            let set = (cpu_ns() - t0) as f64 / rounds as f64;
+            assert_eq!(hits, rounds as usize);
+            eprintln!(
+                "{shape}: {n} keys, {} B: find {find:.0} ns, find+insert+find+remove {edit:.0} ns, find+set_meta {set:.0} ns",
+                l.encoded_len()
+            );
+        }
     }
 }
 
