@@ -592,35 +592,32 @@ impl Leaf {
     /// (split or merged): the first entry stays whole, and entries are
     /// re-encoded whole about every [`RUN_MAX`] `* 3 / 4` bytes.
     fn reindex(&mut self) {
-        let entries = {
-            let mut out = Vec::with_capacity(self.len());
-            let mut key = Vec::new();
-            let mut off = 0;
-            while off < self.buf.len() {
-                let (next, m) = step(&self.buf, off, &mut key);
-                out.push((key.clone(), m));
-                off = next;
-            }
-            out
-        };
         let mut buf = Vec::with_capacity(self.buf.len() + 64);
         let mut restarts = ArrayVec::new();
         let mut run_start = 0;
-        let mut prev: &[u8] = &[];
-        for (i, (k, m)) in entries.iter().enumerate() {
-            let restart = i == 0
+        // The previous key and the current one, decoded (two buffers for
+        // the whole leaf).
+        let (mut prev, mut key) = (Vec::new(), Vec::new());
+        let mut off = 0;
+        while off < self.buf.len() {
+            let h = hdr(&self.buf, off);
+            key.clear();
+            key.extend_from_slice(prev.get(..h.shared).unwrap_or(&prev));
+            key.extend_from_slice(h.suffix(&self.buf));
+            let restart = off == 0
                 || (buf.len() - run_start >= RUN_MAX * 3 / 4
                     && !restarts.is_full()
                     && buf.len() <= u16::MAX as usize);
             if restart {
                 run_start = buf.len();
                 restarts.push(buf.len() as u16);
-                encode(&mut buf, 0, k, *m);
+                encode(&mut buf, 0, &key, h.meta);
             } else {
-                let shared = lcp(prev, k);
-                encode(&mut buf, shared, &k[shared..], *m);
+                let shared = lcp(&prev, &key);
+                encode(&mut buf, shared, &key[shared..], h.meta);
             }
-            prev = k;
+            std::mem::swap(&mut prev, &mut key);
+            off = h.end;
         }
         let len = self.buf.len();
         self.splice(0..len, &buf);
@@ -783,9 +780,8 @@ impl Leaf {
     pub fn middle(&self) -> usize {
         let half = self.buf.len() / 2;
         let (mut off, mut idx) = (0, 0);
-        let mut key = Vec::new();
         while off < half && idx + 1 < self.len() {
-            off = step(&self.buf, off, &mut key).0;
+            off = span(&self.buf, off).end;
             idx += 1;
         }
         idx.max(1)
