@@ -363,7 +363,8 @@ impl Leaf {
     }
 
     /// Makes `range` of the buffer `new_len` bytes long, moving what
-    /// follows it, with the capacity policy of [`Leaf::splice`]. `fill`
+    /// follows it in place, with the size-class capacity policy (see
+    /// [`Leaf::splice`]). `fill`
     /// gets the bytes before the range and a window starting at the range
     /// that holds the range's old bytes first and is at least `new_len`
     /// long: it must leave the range's new bytes in the window's first
@@ -564,10 +565,10 @@ impl Leaf {
         if end - start <= RUN_MAX || self.restarts.is_full() {
             return;
         }
-        let mut off = hdr(&self.buf, start).end;
+        let mut off = span(&self.buf, start).end;
         let mid = start + (end - start) / 2;
         while off < mid {
-            off = hdr(&self.buf, off).end;
+            off = span(&self.buf, off).end;
         }
         if off >= end || off > u16::MAX as usize {
             return;
@@ -698,30 +699,31 @@ impl Leaf {
     /// takes over the bytes it shared through it.
     pub fn remove_at(&mut self, p: &Probe) -> Meta {
         let h = hdr(&self.buf, p.off);
-        let mut range = p.off..h.end;
-        let mut new_len = 0;
-        if h.end < self.buf.len() {
-            let n = hdr(&self.buf, h.end);
-            if n.shared > h.shared {
+        let next = (h.end < self.buf.len())
+            .then(|| hdr(&self.buf, h.end))
+            .filter(|n| n.shared > h.shared);
+        let (range, new_len) = match next {
+            Some(n) => {
                 // The successor's new entry: a header, the bytes it took
                 // from the removed entry's suffix (moved within the
                 // window), then its own suffix, which stays in place.
                 let took = (n.shared - h.shared).min(h.end - h.body);
                 let head = Head::new(h.shared, took + (n.end - n.body), n.meta);
-                range = p.off..n.body;
-                new_len = head.len() + took;
+                let new_len = head.len() + took;
                 let from = h.body - p.off;
-                self.rewrite(range.clone(), new_len, |_, w| {
+                self.rewrite(p.off..n.body, new_len, |_, w| {
                     if from + took <= w.len() && head.len() + took <= w.len() {
                         w.copy_within(from..from + took, head.len());
                     }
                     write_parts(w, &[head.bytes()]);
                 });
+                (p.off..n.body, new_len)
             }
-        }
-        if new_len == 0 {
-            self.rewrite(range.clone(), 0, |_, _| {});
-        }
+            None => {
+                self.rewrite(p.off..h.end, 0, |_, _| {});
+                (p.off..h.end, 0)
+            }
+        };
         let delta = new_len as isize - range.len() as isize;
         self.len -= 1;
         self.shift_restarts(p.off, delta);
