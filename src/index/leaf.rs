@@ -22,7 +22,9 @@
 //! lengths, compares only the bytes that can decide (see [`Leaf::find`]).
 //!
 //! The buffer is sized to allocator size classes, never doubled, so a leaf
-//! costs what it holds. Every buffer's capacity is counted in
+//! costs what it holds. An edit rewrites its bytes in place (entry headers
+//! are encoded on the stack): it allocates only when the buffer changes
+//! size class. Every buffer's capacity is counted in
 //! [`node_bytes`] (all versions, live and pinned by snapshots).
 //!
 //! Locking: none; a `Leaf` is plain data owned by one tree node.
