@@ -22,7 +22,9 @@
 //! lengths, compares only the bytes that can decide (see [`Leaf::find`]).
 //!
 //! The buffer is sized to allocator size classes, never doubled, so a leaf
-//! costs what it holds. Every buffer's capacity is counted in
+//! costs what it holds. An edit rewrites its bytes in place (entry headers
+//! are encoded on the stack): it allocates only when the buffer changes
+//! size class. Every buffer's capacity is counted in
 //! [`node_bytes`] (all versions, live and pinned by snapshots).
 //!
 //! Locking: none; a `Leaf` is plain data owned by one tree node.
@@ -72,15 +74,6 @@ fn size_class(n: usize) -> usize {
 }
 
 #[inline]
-fn put_varint(out: &mut Vec<u8>, mut v: usize) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-#[inline]
 fn get_varint(buf: &[u8], off: &mut usize) -> usize {
     let mut v = 0usize;
     let mut shift = 0;
@@ -99,27 +92,84 @@ const HAS_EXPIRY: u8 = 0x80;
 const TYPE_ESCAPE: u8 = 0x7f;
 const EXPIRY_BYTES: usize = 7;
 
+/// An entry header (everything before the suffix, see the module docs)
+/// encoded on the stack: two varints of at most 10 bytes, the tag, the type
+/// id and the expiry.
+#[derive(Clone, Copy)]
+struct Head {
+    b: [u8; 32],
+    n: usize,
+}
+
+impl Head {
+    #[inline]
+    fn new(shared: usize, len: usize, meta: Meta) -> Head {
+        let mut h = Head { b: [0; 32], n: 0 };
+        h.varint(shared);
+        h.varint(len);
+        let ty: TypeId = meta.type_id();
+        let raw = meta.raw_expire();
+        let mut tag = ty.min(TYPE_ESCAPE);
+        if raw != 0 {
+            tag |= HAS_EXPIRY;
+        }
+        h.push(tag);
+        if ty >= TYPE_ESCAPE {
+            h.push(ty);
+        }
+        if raw != 0 {
+            for b in &raw.to_le_bytes()[..EXPIRY_BYTES] {
+                h.push(*b);
+            }
+        }
+        h
+    }
+
+    #[inline]
+    fn push(&mut self, b: u8) {
+        if let Some(d) = self.b.get_mut(self.n) {
+            *d = b;
+            self.n += 1;
+        }
+    }
+
+    #[inline]
+    fn varint(&mut self, mut v: usize) {
+        while v >= 0x80 {
+            self.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        self.push(v as u8);
+    }
+
+    #[inline]
+    fn bytes(&self) -> &[u8] {
+        &self.b[..self.n]
+    }
+
+    #[inline]
+    fn len(&self) -> usize {
+        self.n
+    }
+}
+
 /// Appends one encoded entry.
 fn encode(out: &mut Vec<u8>, shared: usize, suffix: &[u8], meta: Meta) {
-    put_varint(out, shared);
-    put_varint(out, suffix.len());
-    encode_meta(out, meta);
+    out.extend_from_slice(Head::new(shared, suffix.len(), meta).bytes());
     out.extend_from_slice(suffix);
 }
 
-fn encode_meta(out: &mut Vec<u8>, meta: Meta) {
-    let ty: TypeId = meta.type_id();
-    let raw = meta.raw_expire();
-    let mut tag = ty.min(TYPE_ESCAPE);
-    if raw != 0 {
-        tag |= HAS_EXPIRY;
-    }
-    out.push(tag);
-    if ty >= TYPE_ESCAPE {
-        out.push(ty);
-    }
-    if raw != 0 {
-        out.extend_from_slice(&raw.to_le_bytes()[..EXPIRY_BYTES]);
+/// Writes `parts` one after the other at the start of `dst` (as much of
+/// them as fits).
+#[inline]
+fn write_parts(dst: &mut [u8], parts: &[&[u8]]) {
+    let mut at = 0;
+    for part in parts {
+        let end = (at + part.len()).min(dst.len());
+        if let (Some(d), Some(src)) = (dst.get_mut(at..end), part.get(..end - at)) {
+            d.copy_from_slice(src);
+        }
+        at = end;
     }
 }
 
@@ -141,13 +191,54 @@ impl Hdr {
     }
 }
 
+/// Where the parts of an entry are.
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    shared: usize,
+    /// Where the tag is.
+    tag: usize,
+    /// Where the suffix starts.
+    body: usize,
+    /// Where the entry ends.
+    end: usize,
+}
+
+impl Span {
+    #[inline]
+    fn suffix<'a>(&self, buf: &'a [u8]) -> &'a [u8] {
+        buf.get(self.body..self.end).unwrap_or(&[])
+    }
+}
+
+/// Locates the parts of the entry at `off` without decoding its metadata
+/// (what a scan needs).
+#[inline]
+fn span(buf: &[u8], off: usize) -> Span {
+    // Both lengths under 128 (one byte each) is the common case.
+    let (shared, slen, tag) = match buf.get(off..off + 2) {
+        Some(&[s, l]) if s < 0x80 && l < 0x80 => (s as usize, l as usize, off + 2),
+        _ => {
+            let mut o = off;
+            let shared = get_varint(buf, &mut o);
+            (shared, get_varint(buf, &mut o), o)
+        }
+    };
+    let t = buf.get(tag).copied().unwrap_or(0);
+    let body =
+        tag + 1 + usize::from(t & TYPE_ESCAPE == TYPE_ESCAPE) + usize::from(t >> 7) * EXPIRY_BYTES;
+    Span {
+        shared,
+        tag,
+        body,
+        end: body + slen,
+    }
+}
+
 #[inline]
 fn hdr(buf: &[u8], off: usize) -> Hdr {
-    let mut o = off;
-    let shared = get_varint(buf, &mut o);
-    let slen = get_varint(buf, &mut o);
-    let tag = buf.get(o).copied().unwrap_or(0);
-    o += 1;
+    let s = span(buf, off);
+    let tag = buf.get(s.tag).copied().unwrap_or(0);
+    let mut o = s.tag + 1;
     let mut ty = tag & TYPE_ESCAPE;
     if ty == TYPE_ESCAPE {
         ty = buf.get(o).copied().unwrap_or(TYPE_ESCAPE);
@@ -160,12 +251,11 @@ fn hdr(buf: &[u8], off: usize) -> Hdr {
             b[..EXPIRY_BYTES].copy_from_slice(src);
         }
         raw = u64::from_le_bytes(b);
-        o += EXPIRY_BYTES;
     }
     Hdr {
-        shared,
-        body: o,
-        end: o + slen,
+        shared: s.shared,
+        body: s.body,
+        end: s.end,
         meta: Meta::from_raw(ty, raw),
     }
 }
@@ -271,17 +361,43 @@ impl Leaf {
     /// Replaces `range` of the buffer, growing it to a size class (never by
     /// doubling) and shrinking it when it holds far less than it could.
     fn splice(&mut self, range: Range<usize>, with: &[u8]) {
+        self.rewrite(range, with.len(), |_, w| write_parts(w, &[with]));
+    }
+
+    /// Makes `range` of the buffer `new_len` bytes long, moving what
+    /// follows it in place, with the size-class capacity policy (see
+    /// [`Leaf::splice`]). `fill`
+    /// gets the bytes before the range and a window starting at the range
+    /// that holds the range's old bytes first and is at least `new_len`
+    /// long: it must leave the range's new bytes in the window's first
+    /// `new_len`. No allocation unless the buffer must grow or shrink.
+    fn rewrite(
+        &mut self,
+        range: Range<usize>,
+        new_len: usize,
+        fill: impl FnOnce(&[u8], &mut [u8]),
+    ) {
         let before = self.buf.capacity();
-        let new_len = self.buf.len() - range.len() + with.len();
-        if new_len > before {
-            self.buf.reserve_exact(size_class(new_len) - self.buf.len());
+        let old_total = self.buf.len();
+        let (start, end) = (range.start.min(old_total), range.end.min(old_total));
+        let end = end.max(start);
+        let total = old_total - (end - start) + new_len;
+        if total > before {
+            self.buf.reserve_exact(size_class(total) - old_total);
         }
-        if range.len() == with.len() {
-            if let Some(dst) = self.buf.get_mut(range) {
-                dst.copy_from_slice(with);
-            }
-        } else {
-            self.buf.splice(range, with.iter().copied());
+        let grow = new_len > end - start;
+        if grow {
+            self.buf.resize(total, 0);
+            self.buf.copy_within(end..old_total, start + new_len);
+        }
+        let window = new_len.max(end - start);
+        let (pre, rest) = self.buf.split_at_mut(start);
+        if let Some(w) = rest.get_mut(..window) {
+            fill(pre, w);
+        }
+        if !grow && new_len < end - start {
+            self.buf.copy_within(end..old_total, start + new_len);
+            self.buf.truncate(total);
         }
         let want = size_class(self.buf.len());
         if self.buf.capacity() > want + want / 4 + 64 {
@@ -298,14 +414,28 @@ impl Leaf {
     /// sharing exactly `matched` bytes needs its suffix compared.
     pub fn find(&self, key: &[u8]) -> Probe {
         let buf = &self.buf[..];
-        let run = self
-            .restarts
-            .partition_point(|&o| hdr(buf, o as usize).suffix(buf) <= key)
-            .saturating_sub(1);
+        let (lo, lcp_lo) = self.search_restarts(key);
+        let run = lo.saturating_sub(1);
         let mut off = self.restarts.get(run).map_or(0, |&o| o as usize);
         let mut matched = 0usize;
+        if lo > 0 {
+            // The restart point's key is not greater than `key` and shares
+            // `lcp_lo` bytes with it: equal, or passed with that prefix.
+            let h = span(buf, off);
+            if lcp_lo == h.end - h.body && lcp_lo == key.len() {
+                return Probe {
+                    found: true,
+                    off,
+                    run,
+                    lcp_prev: 0,
+                    lcp_next: 0,
+                };
+            }
+            matched = lcp_lo;
+            off = h.end;
+        }
         while off < buf.len() {
-            let h = hdr(buf, off);
+            let h = span(buf, off);
             if h.shared > matched {
                 off = h.end;
                 continue;
@@ -349,28 +479,77 @@ impl Leaf {
         }
     }
 
+    /// Binary-searches the restart points: returns how many have a key not
+    /// greater than `key`, and the common prefix of `key` and the last of
+    /// them (0 if none). Each step skips the bytes `key` is known to share
+    /// with both bounds of the search (a key between two others shares at
+    /// least the shorter of their common prefixes with `key`), so the
+    /// prefix the leaf's keys share is compared once, eight bytes at a time.
+    #[inline]
+    fn search_restarts(&self, key: &[u8]) -> (usize, usize) {
+        let buf = &self.buf[..];
+        let (mut lo, mut hi) = (0, self.restarts.len());
+        let (mut lcp_lo, mut lcp_hi) = (0, 0);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let whole = self
+                .restarts
+                .get(mid)
+                .map_or(&[][..], |&o| span(buf, o as usize).suffix(buf));
+            let skip = lcp_lo.min(lcp_hi);
+            let (a, b) = (whole.get(skip..), key.get(skip..));
+            let l = skip + lcp(a.unwrap_or(&[]), b.unwrap_or(&[]));
+            let le = match (whole.get(l), key.get(l)) {
+                (None, _) => true,
+                (Some(_), None) => false,
+                (Some(x), Some(y)) => x < y,
+            };
+            if le {
+                lo = mid + 1;
+                lcp_lo = l;
+            } else {
+                hi = mid;
+                lcp_hi = l;
+            }
+        }
+        (lo, if lo > 0 { lcp_lo } else { 0 })
+    }
+
     /// Moves the restart points after `from` by `delta` bytes (an edit
     /// there changed the length of what precedes them); drops duplicates and
     /// points past the end.
+    ///
+    /// An edit never reorders the points: those moved stay after those
+    /// kept, so the only duplicate possible is the first moved one landing
+    /// on the last kept one, and the points past the end (or past `u16`)
+    /// are the last ones.
     fn shift_restarts(&mut self, from: usize, delta: isize) {
         let len = self.buf.len();
-        let mut last = None;
-        self.restarts.retain(|o| {
-            let at = if *o as usize > from {
-                *o as isize + delta
-            } else {
-                *o as isize
-            };
+        let mut kept = 0;
+        let mut cut = self.restarts.len();
+        for (i, o) in self.restarts.iter_mut().enumerate() {
+            if *o as usize <= from {
+                kept = i + 1;
+                continue;
+            }
             // Offsets past u16 are not kept (a leaf that large holds a few
             // huge keys: its runs are short in entries anyway).
-            let Ok(at) = u16::try_from(at) else {
-                return false;
-            };
-            let keep = (at as usize) < len && last != Some(at);
-            *o = at;
-            last = Some(at);
-            keep
-        });
+            match u16::try_from(*o as isize + delta) {
+                Ok(at) => *o = at,
+                Err(_) => {
+                    cut = i;
+                    break;
+                }
+            }
+        }
+        self.restarts.truncate(cut);
+        if kept > 0 && kept < self.restarts.len() && self.restarts[kept - 1] == self.restarts[kept]
+        {
+            self.restarts.remove(kept);
+        }
+        while self.restarts.last().is_some_and(|&o| o as usize >= len) {
+            self.restarts.pop();
+        }
     }
 
     /// Gives the run of restart point `run` a restart point in its middle
@@ -388,22 +567,26 @@ impl Leaf {
         if end - start <= RUN_MAX || self.restarts.is_full() {
             return;
         }
-        let mut key = Vec::new();
-        let mut off = step(&self.buf, start, &mut key).0;
+        let mut off = span(&self.buf, start).end;
         let mid = start + (end - start) / 2;
         while off < mid {
-            off = step(&self.buf, off, &mut key).0;
+            off = span(&self.buf, off).end;
         }
         if off >= end || off > u16::MAX as usize {
             return;
         }
+        // The entry at `off` is rewritten whole: a new header, then the
+        // `shared` bytes it took from its predecessor, then its suffix,
+        // which stays in place.
         let h = hdr(&self.buf, off);
-        key.truncate(h.shared);
-        key.extend_from_slice(h.suffix(&self.buf));
-        let mut whole = Vec::with_capacity(key.len() + 16);
-        encode(&mut whole, 0, &key, h.meta);
-        let delta = whole.len() as isize - (h.end - off) as isize;
-        self.splice(off..h.end, &whole);
+        let head = Head::new(0, h.shared + (h.end - h.body), h.meta);
+        let new_len = head.len() + h.shared;
+        self.rewrite(off..h.body, new_len, |pre, w| {
+            let (hw, key) = w.split_at_mut(head.len().min(w.len()));
+            write_parts(hw, &[head.bytes()]);
+            prefix_into(pre, start, key.get_mut(..h.shared).unwrap_or(&mut []));
+        });
+        let delta = new_len as isize - (h.body - off) as isize;
         self.shift_restarts(off, delta);
         self.restarts.insert(run + 1, off as u16);
     }
@@ -412,35 +595,32 @@ impl Leaf {
     /// (split or merged): the first entry stays whole, and entries are
     /// re-encoded whole about every [`RUN_MAX`] `* 3 / 4` bytes.
     fn reindex(&mut self) {
-        let entries = {
-            let mut out = Vec::with_capacity(self.len());
-            let mut key = Vec::new();
-            let mut off = 0;
-            while off < self.buf.len() {
-                let (next, m) = step(&self.buf, off, &mut key);
-                out.push((key.clone(), m));
-                off = next;
-            }
-            out
-        };
         let mut buf = Vec::with_capacity(self.buf.len() + 64);
         let mut restarts = ArrayVec::new();
         let mut run_start = 0;
-        let mut prev: &[u8] = &[];
-        for (i, (k, m)) in entries.iter().enumerate() {
-            let restart = i == 0
+        // The previous key and the current one, decoded (two buffers for
+        // the whole leaf).
+        let (mut prev, mut key) = (Vec::new(), Vec::new());
+        let mut off = 0;
+        while off < self.buf.len() {
+            let h = hdr(&self.buf, off);
+            key.clear();
+            key.extend_from_slice(prev.get(..h.shared).unwrap_or(&prev));
+            key.extend_from_slice(h.suffix(&self.buf));
+            let restart = off == 0
                 || (buf.len() - run_start >= RUN_MAX * 3 / 4
                     && !restarts.is_full()
                     && buf.len() <= u16::MAX as usize);
             if restart {
                 run_start = buf.len();
                 restarts.push(buf.len() as u16);
-                encode(&mut buf, 0, k, *m);
+                encode(&mut buf, 0, &key, h.meta);
             } else {
-                let shared = lcp(prev, k);
-                encode(&mut buf, shared, &k[shared..], *m);
+                let shared = lcp(&prev, &key);
+                encode(&mut buf, shared, &key[shared..], h.meta);
             }
-            prev = k;
+            std::mem::swap(&mut prev, &mut key);
+            off = h.end;
         }
         let len = self.buf.len();
         self.splice(0..len, &buf);
@@ -472,12 +652,11 @@ impl Leaf {
     /// Sets the metadata of the entry `p` found.
     pub fn set_meta(&mut self, p: &Probe, meta: Meta) {
         let h = hdr(&self.buf, p.off);
-        let mut head = Vec::with_capacity(16);
-        put_varint(&mut head, h.shared);
-        put_varint(&mut head, h.end - h.body);
-        encode_meta(&mut head, meta);
+        let head = Head::new(h.shared, h.end - h.body, meta);
         let delta = head.len() as isize - (h.body - p.off) as isize;
-        self.splice(p.off..h.body, &head);
+        self.rewrite(p.off..h.body, head.len(), |_, w| {
+            write_parts(w, &[head.bytes()])
+        });
         self.shift_restarts(p.off, delta);
     }
 
@@ -487,22 +666,27 @@ impl Leaf {
     /// before, so the successor only drops bytes from its suffix), unless
     /// the successor is a restart point, which stays whole.
     pub fn insert_at(&mut self, p: &Probe, key: &[u8], meta: Meta) {
-        let mut new = Vec::with_capacity(key.len() - p.lcp_prev + 24);
-        encode(&mut new, p.lcp_prev, &key[p.lcp_prev..], meta);
+        let suffix = key.get(p.lcp_prev..).unwrap_or(&[]);
+        let head = Head::new(p.lcp_prev, suffix.len(), meta);
+        // The successor's new header, and where its kept suffix starts.
+        let mut next = None;
         let mut end = p.off;
         let next_is_restart =
             p.off > 0 && u16::try_from(p.off).is_ok_and(|o| self.restarts.contains(&o));
         if p.off < self.buf.len() && !next_is_restart {
             let h = hdr(&self.buf, p.off);
             if p.lcp_next > h.shared {
-                let drop = p.lcp_next - h.shared;
-                let suffix = h.suffix(&self.buf).get(drop..).unwrap_or(&[]);
-                encode(&mut new, p.lcp_next, suffix, h.meta);
-                end = h.end;
+                let drop = (p.lcp_next - h.shared).min(h.end - h.body);
+                next = Some(Head::new(p.lcp_next, h.end - h.body - drop, h.meta));
+                end = h.body + drop;
             }
         }
-        let delta = new.len() as isize - (end - p.off) as isize;
-        self.splice(p.off..end, &new);
+        let next_head = next.as_ref().map_or(&[][..], |h| h.bytes());
+        let new_len = head.len() + suffix.len() + next_head.len();
+        let delta = new_len as isize - (end - p.off) as isize;
+        self.rewrite(p.off..end, new_len, |_, w| {
+            write_parts(w, &[head.bytes(), suffix, next_head])
+        });
         self.len += 1;
         if self.restarts.is_empty() {
             self.restarts.push(0);
@@ -517,20 +701,32 @@ impl Leaf {
     /// takes over the bytes it shared through it.
     pub fn remove_at(&mut self, p: &Probe) -> Meta {
         let h = hdr(&self.buf, p.off);
-        let mut new = Vec::new();
-        let mut end = h.end;
-        if h.end < self.buf.len() {
-            let n = hdr(&self.buf, h.end);
-            if n.shared > h.shared {
-                let mut suffix = Vec::with_capacity(n.end - n.body + n.shared - h.shared);
-                suffix.extend_from_slice(&h.suffix(&self.buf)[..n.shared - h.shared]);
-                suffix.extend_from_slice(n.suffix(&self.buf));
-                encode(&mut new, h.shared, &suffix, n.meta);
-                end = n.end;
+        let next = (h.end < self.buf.len())
+            .then(|| hdr(&self.buf, h.end))
+            .filter(|n| n.shared > h.shared);
+        let (range, new_len) = match next {
+            Some(n) => {
+                // The successor's new entry: a header, the bytes it took
+                // from the removed entry's suffix (moved within the
+                // window), then its own suffix, which stays in place.
+                let took = (n.shared - h.shared).min(h.end - h.body);
+                let head = Head::new(h.shared, took + (n.end - n.body), n.meta);
+                let new_len = head.len() + took;
+                let from = h.body - p.off;
+                self.rewrite(p.off..n.body, new_len, |_, w| {
+                    if from + took <= w.len() && head.len() + took <= w.len() {
+                        w.copy_within(from..from + took, head.len());
+                    }
+                    write_parts(w, &[head.bytes()]);
+                });
+                (p.off..n.body, new_len)
             }
-        }
-        let delta = new.len() as isize - (end - p.off) as isize;
-        self.splice(p.off..end, &new);
+            None => {
+                self.rewrite(p.off..h.end, 0, |_, _| {});
+                (p.off..h.end, 0)
+            }
+        };
+        let delta = new_len as isize - range.len() as isize;
         self.len -= 1;
         self.shift_restarts(p.off, delta);
         h.meta
@@ -588,9 +784,8 @@ impl Leaf {
     pub fn middle(&self) -> usize {
         let half = self.buf.len() / 2;
         let (mut off, mut idx) = (0, 0);
-        let mut key = Vec::new();
         while off < half && idx + 1 < self.len() {
-            off = step(&self.buf, off, &mut key).0;
+            off = span(&self.buf, off).end;
             idx += 1;
         }
         idx.max(1)
@@ -695,6 +890,110 @@ fn step(buf: &[u8], off: usize, key: &mut Vec<u8>) -> (usize, Meta) {
     (h.end, h.meta)
 }
 
+/// Writes into `out` the first `out.len()` bytes of the key of the entry
+/// that ends `buf`, decoding only the headers of the entries from `start`
+/// (an entry stored whole, at or before it). Each entry rewrites the
+/// positions from its `shared` on, so the last write of each position is
+/// the right byte.
+fn prefix_into(buf: &[u8], start: usize, out: &mut [u8]) {
+    let mut off = start;
+    while off < buf.len() {
+        let h = span(buf, off);
+        if let Some(dst) = out.get_mut(h.shared..) {
+            let n = dst.len().min(h.end - h.body);
+            if let (Some(d), Some(src)) = (dst.get_mut(..n), buf.get(h.body..h.body + n)) {
+                d.copy_from_slice(src);
+            }
+        }
+        off = h.end;
+    }
+}
+
+/// The leaf's own cost per operation, in cache (no tree, no misses):
+/// `cargo test --release --lib leaf::speed -- --ignored --nocapture`
+#[cfg(test)]
+mod speed {
+    use super::*;
+    use crate::index::meta::STRING;
+
+    fn cpu_ns() -> u64 {
+        std::fs::read_to_string("/proc/thread-self/schedstat")
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    }
+
+    #[test]
+    #[ignore]
+    fn ops() {
+        let rounds = 1_000_000u64;
+        for shape in ["seq", "uuid"] {
+            let key = |i: u64| -> Vec<u8> {
+                if shape == "seq" {
+                    format!("key:{:012}", i * 2).into_bytes()
+                } else {
+                    let h = (i * 2).wrapping_mul(0x9E3779B97F4A7C15);
+                    format!("{:016x}-{:019x}", h >> 8 << 8, h.rotate_left(17) >> 12).into_bytes()
+                }
+            };
+            let meta = Meta::new(STRING, None);
+            let mut all: Vec<Vec<u8>> = Vec::new();
+            let mut l = Leaf::default();
+            let mut i = 0;
+            while l.encoded_len() < LEAF_MAX * 3 / 4 {
+                let k = key(i);
+                let p = l.find(&k);
+                if !p.found {
+                    l.insert_at(&p, &k, meta);
+                    all.push(k);
+                }
+                i += 1;
+            }
+            all.sort();
+            // Absent keys between present ones.
+            let absent: Vec<Vec<u8>> = all
+                .iter()
+                .map(|k| {
+                    let mut a = k.clone();
+                    a.push(b'x');
+                    a
+                })
+                .collect();
+            let n = all.len() as u64;
+            let pick = |r: u64| (r.wrapping_mul(2654435761) % n) as usize;
+            let t0 = cpu_ns();
+            let mut hits = 0;
+            for r in 0..rounds {
+                hits += l.find(&all[pick(r)]).found as usize;
+            }
+            let find = (cpu_ns() - t0) as f64 / rounds as f64;
+            let t0 = cpu_ns();
+            for r in 0..rounds {
+                let k = &absent[pick(r)];
+                let p = l.find(k);
+                l.insert_at(&p, k, meta);
+                let p = l.find(k);
+                l.remove_at(&p);
+            }
+            let edit = (cpu_ns() - t0) as f64 / rounds as f64;
+            let t0 = cpu_ns();
+            for r in 0..rounds {
+                let p = l.find(&all[pick(r)]);
+                l.set_meta(
+                    &p,
+                    Meta::new(STRING, Some((r % 2) as i64 * 1_900_000_000_000)),
+                );
+            }
+            let set = (cpu_ns() - t0) as f64 / rounds as f64;
+            assert_eq!(hits, rounds as usize);
+            eprintln!(
+                "{shape}: {n} keys, {} B: find {find:.0} ns, find+insert+find+remove {edit:.0} ns, find+set_meta {set:.0} ns",
+                l.encoded_len()
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -732,11 +1031,12 @@ mod tests {
     #[case(300)]
     #[case(1 << 40)]
     fn varints_round_trip(#[case] v: usize) {
-        let mut b = Vec::new();
-        put_varint(&mut b, v);
+        let h = Head::new(v, 0, Meta::new(STRING, None));
+        let b = h.bytes();
         let mut off = 0;
-        assert_eq!(get_varint(&b, &mut off), v);
-        assert_eq!(off, b.len());
+        assert_eq!(get_varint(b, &mut off), v);
+        assert_eq!(get_varint(b, &mut off), 0);
+        assert_eq!(off, b.len() - 1);
     }
 
     #[rstest]
@@ -785,6 +1085,45 @@ mod tests {
             off = l.read(off, &mut k).map_or(off, |(next, _)| next);
         }
         assert_eq!(p.off, off);
+    }
+
+    #[rstest]
+    #[case(&["ab", "c"], 5, b"abc\0\0")]
+    #[case(&["ab", "cd"], 3, b"abc")]
+    #[case(&["", "x"], 2, b"x\0")]
+    #[case(&[], 1, b"\0")]
+    fn parts_are_written_in_order(#[case] parts: &[&str], #[case] len: usize, #[case] want: &[u8]) {
+        let mut dst = vec![0u8; len];
+        let parts: Vec<&[u8]> = parts.iter().map(|p| p.as_bytes()).collect();
+        write_parts(&mut dst, &parts);
+        assert_eq!(dst, want);
+    }
+
+    fn leaf_with_restarts(len: usize, restarts: &[u16]) -> Leaf {
+        let mut l = Leaf::default();
+        l.splice(0..0, &vec![0; len]);
+        l.restarts = restarts.iter().copied().collect();
+        l
+    }
+
+    #[rstest]
+    #[case::grow(&[0, 10, 20], 30, 5, 3, &[0, 13, 23])]
+    #[case::after_the_edit_only(&[0, 10, 20], 30, 10, 3, &[0, 10, 23])]
+    #[case::shrink(&[0, 10, 20], 30, 5, -4, &[0, 6, 16])]
+    #[case::duplicate(&[0, 10, 20], 30, 10, -10, &[0, 10])]
+    #[case::past_the_end(&[0, 10, 20], 20, 10, 0, &[0, 10])]
+    #[case::kept_past_the_end(&[0, 10], 10, 10, -5, &[0])]
+    #[case::past_u16(&[0, 10, 65530], 30, 5, 10, &[0, 20])]
+    fn restarts_shift(
+        #[case] restarts: &[u16],
+        #[case] len: usize,
+        #[case] from: usize,
+        #[case] delta: isize,
+        #[case] want: &[u16],
+    ) {
+        let mut l = leaf_with_restarts(len, restarts);
+        l.shift_restarts(from, delta);
+        assert_eq!(&l.restarts[..], want);
     }
 
     #[derive(Debug, Clone)]
@@ -861,6 +1200,117 @@ mod tests {
                     }
                     let want: Vec<Vec<u8>> = model.keys().filter(|k| if inclusive { **k >= probe } else { **k > probe }).cloned().collect();
                     prop_assert_eq!(got, want);
+                }
+            }
+        }
+
+        /// `rewrite` (through `splice`) gives the bytes of `Vec::splice`
+        /// and the capacity of the size-class policy.
+        #[test]
+        fn splices_like_vec_splice(
+            init in proptest::collection::vec(any::<u8>(), 0..3000),
+            a in 0usize..3000,
+            b in 0usize..3000,
+            with in proptest::collection::vec(any::<u8>(), 0..1500),
+        ) {
+            let (a, b) = (a.min(init.len()), b.min(init.len()));
+            let range = a.min(b)..a.max(b);
+            let mut l = Leaf::default();
+            l.splice(0..0, &init);
+            let mut model = Vec::with_capacity(l.capacity());
+            model.extend_from_slice(&init);
+            let new_len = model.len() - range.len() + with.len();
+            if new_len > model.capacity() {
+                model.reserve_exact(size_class(new_len) - model.len());
+            }
+            model.splice(range.clone(), with.iter().copied());
+            let want = size_class(model.len());
+            if model.capacity() > want + want / 4 + 64 {
+                model.shrink_to(want);
+            }
+            l.splice(range, &with);
+            prop_assert_eq!(&l.buf, &model);
+            prop_assert_eq!(l.capacity(), model.capacity());
+        }
+
+        #[test]
+        fn heads_decode(shared in 0usize..1 << 40, len in 0usize..1 << 20, ty in any::<u8>(), exp in proptest::option::of(0i64..1 << 50)) {
+            let m = Meta::new(ty, exp);
+            let head = Head::new(shared, len, m);
+            let mut buf = head.bytes().to_vec();
+            buf.resize(buf.len() + len, 7);
+            let h = hdr(&buf, 0);
+            prop_assert_eq!(h.shared, shared);
+            prop_assert_eq!(h.body, head.len());
+            prop_assert_eq!(h.end, buf.len());
+            prop_assert_eq!(h.meta, m);
+        }
+
+        /// `prefix_into` rebuilds any prefix of every key from the headers.
+        #[test]
+        fn prefixes_decode(keys in proptest::collection::btree_set(key(), 1..40), cut in 0usize..12) {
+            let keys: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+            let l = build(&keys);
+            let mut off = 0;
+            for k in &keys {
+                let n = cut.min(k.len());
+                let mut out = vec![0u8; n];
+                let end = hdr(&l.buf, off).end;
+                prefix_into(&l.buf[..end], 0, &mut out);
+                prop_assert_eq!(&out[..], &k[..n]);
+                off = end;
+            }
+        }
+
+        /// The restart search gives the count of a linear scan, and the
+        /// common prefix with the last restart key not greater.
+        #[test]
+        fn restart_search_matches_a_linear_scan(keys in proptest::collection::btree_set(key(), 1..150), probes in proptest::collection::vec(key(), 1..20)) {
+            let keys: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+            let l = build(&keys);
+            let wholes: Vec<&[u8]> = l.restarts.iter().map(|&o| hdr(&l.buf, o as usize).suffix(&l.buf)).collect();
+            for probe in probes.iter().map(|p| &p[..]).chain(keys.iter().copied()) {
+                let want = wholes.partition_point(|w| *w <= probe);
+                let want_lcp = want.checked_sub(1).map_or(0, |i| lcp(wholes[i], probe));
+                prop_assert_eq!(l.search_restarts(probe), (want, want_lcp));
+            }
+        }
+
+        /// `find` gives the probe of a plain scan from the first entry
+        /// (the same offsets and common prefixes, so edits through it are
+        /// the same).
+        #[test]
+        fn probes_match_a_plain_scan(keys in proptest::collection::btree_set(key(), 0..150), probes in proptest::collection::vec(key(), 1..20)) {
+            let keys: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+            let l = build(&keys);
+            for probe in probes.iter().map(|p| &p[..]).chain(keys.iter().copied()) {
+                let p = l.find(probe);
+                let mut off = 0;
+                let mut prev: Vec<u8> = Vec::new();
+                let mut k = Vec::new();
+                while let Some((next, _)) = l.read(off, &mut k) {
+                    if &k[..] >= probe {
+                        break;
+                    }
+                    prev.clone_from(&k);
+                    off = next;
+                }
+                let found = off < l.encoded_len() && &k[..] == probe;
+                prop_assert_eq!(p.found, found);
+                prop_assert_eq!(p.off, off);
+                // The run scanned: the last restart point not greater than the key.
+                let run = l.restarts.iter().rposition(|&r| (r as usize) < off || (found && r as usize == off));
+                prop_assert_eq!(p.run, run.unwrap_or(0));
+                if !found {
+                    prop_assert_eq!(p.lcp_prev, if off == 0 { 0 } else { lcp(&prev, probe) });
+                    let next = if off < l.encoded_len() { lcp(&k, probe) } else { 0 };
+                    // Before a restart point (never re-encoded by an
+                    // insertion) the scan may stop at its header (0 shared).
+                    if off > 0 && l.restarts.contains(&(off as u16)) {
+                        prop_assert!(p.lcp_next <= next);
+                    } else {
+                        prop_assert_eq!(p.lcp_next, next);
+                    }
                 }
             }
         }
