@@ -953,6 +953,42 @@ mod tests {
         assert_eq!(snap.len(), keys.len());
     }
 
+    /// Keys of tens of KB (a leaf past 64 KiB cannot keep restart points
+    /// past its u16 offsets): the tree splits any leaf with two or more
+    /// such keys, so lookups, updates and removals stay exact.
+    #[test]
+    fn huge_keys_behave_like_small_ones() {
+        let mut t = KeyMap::new();
+        let mut model = BTreeMap::new();
+        let mut x: u64 = 7;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for i in 0..600u64 {
+            let r = next();
+            let len = [1, 30, 5_000, 40_000, 70_000, 130_000][(r % 6) as usize];
+            let mut key = vec![b'k'; len];
+            // Neighbours share long prefixes: the differing bytes are at the end.
+            key.extend_from_slice(&(r % 97).to_be_bytes());
+            match i % 5 {
+                0 => {
+                    assert_eq!(t.remove(&key), model.remove(&key));
+                }
+                _ => {
+                    let meta = m(r % 3);
+                    assert_eq!(t.insert(&key, meta), model.insert(key.clone(), meta));
+                }
+            }
+            assert_eq!(t.get(&key), model.get(&key).copied());
+        }
+        t.check();
+        let want: Vec<(Vec<u8>, Meta)> = model.into_iter().collect();
+        assert_eq!(t.to_vec(), want);
+    }
+
     #[test]
     fn few_keys_left_after_descending_removals_share_leaves() {
         let (mut t, keys) = ascending(20_000);
