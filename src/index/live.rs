@@ -269,8 +269,13 @@ impl Live {
     /// swaps filters meanwhile cannot miss it); when the filter is full,
     /// asks the indexer for a rebuild from the index.
     fn note_unusual(&self, key: &[u8]) {
-        if let Some(next) = self.next_filter.load().as_ref() {
-            next.add(key);
+        // No rebuild requested, no filter being rebuilt: only this thread
+        // requests one (below), and the indexer clears `next_filter`
+        // before `rebuild_at`. A plain load spares a guarded one.
+        if self.rebuild_at.load(Ordering::SeqCst) != 0 {
+            if let Some(next) = self.next_filter.load().as_ref() {
+                next.add(key);
+            }
         }
         let f = self.filter.load();
         // The filter in use is written by the server-lock holder only (a
