@@ -14,6 +14,7 @@
 //! another database, so the key is re-read in every database.
 
 use crate::backfill;
+use crate::ffi::locked::{LockedCell, ServerLock};
 use crate::ffi::subscribe::{self as sub, event_name};
 use crate::ffi::thread_ctx::Detached;
 use crate::ffi::{self, keys, Ctx};
@@ -21,7 +22,7 @@ use crate::index::{Key, Meta, Op, TypeNames};
 use crate::state::{self, Module};
 use redis_module::raw;
 use std::os::raw::{c_char, c_int, c_void};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
 /// The context used to read keys in any database on the main thread. A
@@ -32,43 +33,31 @@ static PROBE: Mutex<Option<Detached>> = Mutex::new(None);
 
 /// A key whose "new" event was seen but not yet read: the command that
 /// created it fires its own event for the same key right after (a "set",
-/// an "hset"...), which reads it once instead of twice. Only DEBUG
-/// POPULATE fires "new" alone; a pending key is read when any other event
-/// arrives, and before anything reads the index ([`settle`]). Main thread
-/// only.
-static PENDING_NEW: Mutex<Option<(usize, Key)>> = Mutex::new(None);
-/// Whether [`PENDING_NEW`] may hold a key: every event checks it, and only
-/// takes the lock when it is set (after a "new").
-static PENDING: AtomicBool = AtomicBool::new(false);
-
-/// Takes the pending new key, if any, without locking when there is none.
-fn take_pending() -> Option<(usize, Key)> {
-    // A plain load first: most events find nothing pending, and a swap is a
-    // locked instruction on every notification.
-    if !PENDING.load(Ordering::Acquire) || !PENDING.swap(false, Ordering::Acquire) {
-        return None;
-    }
-    PENDING_NEW.lock().unwrap_or_else(|e| e.into_inner()).take()
-}
+/// an "hset"...), which reads it once instead of twice, and logs this very
+/// `Key` (no second copy of the name). Only DEBUG POPULATE fires "new"
+/// alone; a pending key is read when any other event arrives, and before
+/// anything reads the index ([`settle`]). Main thread (server lock) only:
+/// no mutex, no locked instruction per event.
+static PENDING_NEW: LockedCell<Option<(usize, Key)>> = LockedCell::new(None);
 
 /// Reads the pending new key, if any, in every database (a SWAPDB or a
-/// flush may have happened since its event).
+/// flush may have happened since its event). Call it under the server lock
+/// only (command handlers, INFO, server events).
 pub fn settle() {
-    let pending = take_pending();
+    let pending = PENDING_NEW.take(&ServerLock::in_callback());
     if let (Some((_, key)), Some(m)) = (pending, state::try_get()) {
         refresh_everywhere(m, key.as_bytes());
     }
 }
 
 /// Reads the pending new key in its database unless `db`/`name` is that
-/// key (whose event is about to read it anyway). Returns whether it was:
-/// the key did not exist before the command that fired the event.
-fn settle_unless(m: &Module, db: usize, name: &[u8]) -> bool {
-    let Some((pdb, pkey)) = take_pending() else {
-        return false;
-    };
+/// key (whose event is about to read it anyway). Returns the pending key
+/// when it was that one: the key did not exist before the command that
+/// fired the event, and its truth is logged under this `Key`.
+fn settle_unless(lock: &ServerLock, m: &Module, db: usize, name: &[u8]) -> Option<Key> {
+    let (pdb, pkey) = PENDING_NEW.take(lock)?;
     if pdb == db && pkey.as_bytes() == name {
-        return true;
+        return Some(pkey);
     }
     let guard = PROBE.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(probe) = guard.as_ref() {
@@ -79,7 +68,7 @@ fn settle_unless(m: &Module, db: usize, name: &[u8]) -> bool {
             }
         }
     }
-    false
+    None
 }
 
 /// Subscribes to notifications and server events.
@@ -243,18 +232,33 @@ pub fn to_meta(found: keys::Found, names: &mut TypeNames) -> Meta {
 /// Records what the server says about `key` in `db` (`found`). The module
 /// type names are locked only for keys of module types.
 pub fn apply(m: &Module, db: usize, key: &[u8], found: Option<keys::Found>) {
-    record(m, db, key, found, false);
+    record(m, db, key, found, None, false);
 }
 
 /// [`apply`] for a key that existed before the command that fired the
 /// event: its truth is not even logged when it cannot change the index
-/// (see `Live::push_truth`).
-fn record(m: &Module, db: usize, key: &[u8], found: Option<keys::Found>, existed: bool) {
+/// (see `Live::push_truth`). `owned`: `key` already copied, to be logged
+/// as is.
+fn record(
+    m: &Module,
+    db: usize,
+    key: &[u8],
+    found: Option<keys::Found>,
+    owned: Option<Key>,
+    existed: bool,
+) {
     let truth = found.map(|f| match f.kind {
         keys::Kind::Builtin(t) => Meta::new(t, f.expire),
         keys::Kind::Named(_) => to_meta(f, &mut m.type_names()),
     });
-    m.push_truth(db, key, truth, existed);
+    m.push_truth(db, key, owned, truth, existed);
+}
+
+/// Logs that the key `name` (copied as `key`) in `db`, which the running
+/// command created, is a string without expiry.
+fn record_plain(m: &Module, db: usize, name: &[u8], key: Key) {
+    let plain = Meta::plain(crate::index::meta::STRING);
+    m.push_truth(db, name, Some(key), Some(plain), false);
 }
 
 /// Re-reads `key` in every database through the probe context (MOVE and
@@ -282,6 +286,7 @@ extern "C" fn on_keyspace_event(
 ) -> c_int {
     let _restore = ffi::clientdb::RestoreDb::new(ctx); // Valkey 8 bug, see clientdb.rs
     guarded(ctx, "keyspace event", || {
+        let lock = ServerLock::in_callback();
         let Some(m) = state::try_get() else { return };
         // Only callbacks under the server lock count this: no locked add.
         let n = m.stats.events.load(Ordering::Relaxed);
@@ -290,7 +295,7 @@ extern "C" fn on_keyspace_event(
         let name = ffi::string_bytes(key);
         // A deletion the `Key` event just logged (see unlink.rs); taken by
         // every notification, so it never outlives the pair.
-        let gone = crate::unlink::take_gone(db, name);
+        let gone = crate::unlink::take_gone(&lock, db, name);
         if matches!(event_name(event), b"move_from" | b"move_to" | b"copy_to") {
             // Fired from the caller's database on some servers: any copy of
             // a hash with this name may be stale.
@@ -307,19 +312,32 @@ extern "C" fn on_keyspace_event(
             return apply(m, db, name, keys::probe_copy(ctx, key));
         }
         let event = event_name(event);
-        let created = settle_unless(m, db, name);
+        let created = settle_unless(&lock, m, db, name);
         match event {
             b"new" => {
-                *PENDING_NEW.lock().unwrap_or_else(|e| e.into_inner()) = Some((db, Key::new(name)));
-                PENDING.store(true, Ordering::Release);
+                let key = created.unwrap_or_else(|| Key::new(name));
+                PENDING_NEW.replace(&lock, Some((db, key)));
             }
             // Gone, whatever the server still shows: these are fired just
             // before the key is unlinked on some servers. (By name: field
             // events such as "hexpired" share the EXPIRED class on some
             // servers but leave the key in place.)
-            b"del" | b"expired" | b"evicted" => crate::unlink::log_gone(m, db, name, gone),
+            b"del" | b"expired" | b"evicted" => crate::unlink::log_gone(&lock, m, db, name, gone),
             b"move_from" | b"move_to" | b"copy_to" => refresh_everywhere(m, name),
-            _ => record(m, db, name, keys::probe(ctx, key), !created),
+            // A string SET: the key is now a string. Its expiry is none,
+            // or kept (KEEPTTL), or set by the "expire" event that the SET
+            // fires right after this one, which reads the key: so a key the
+            // command created is a string without expiry here, and one that
+            // was such a string stays one. Neither needs reading.
+            b"set" if type_ == raw::REDISMODULE_NOTIFY_STRING as c_int => match created {
+                Some(k) => record_plain(m, db, name, k),
+                None if m.skip_if_plain(name) => {}
+                None => record(m, db, name, keys::probe(ctx, key), None, true),
+            },
+            _ => {
+                let existed = created.is_none();
+                record(m, db, name, keys::probe(ctx, key), created, existed)
+            }
         }
     });
     raw::REDISMODULE_OK as c_int

@@ -101,11 +101,20 @@ impl Module {
         &self,
         db: usize,
         key: &[u8],
+        owned: Option<crate::index::Key>,
         truth: Option<crate::index::Meta>,
         existed: bool,
     ) -> bool {
         self.live
-            .push_truth(db, key, truth, existed, &|maps| self.dispose_maps(maps))
+            .push_truth(db, key, owned, truth, existed, &|maps| {
+                self.dispose_maps(maps)
+            })
+    }
+
+    /// Skips the truth of a key that existed and is now a plain string when
+    /// the index already says so (see [`Live::skip_if_plain`]).
+    pub fn skip_if_plain(&self, key: &[u8]) -> bool {
+        self.live.skip_if_plain(key)
     }
 
     /// Sequence number of the last recorded change.

@@ -7,40 +7,40 @@
 //! is re-created); an overwritten one is re-read by the notification of the
 //! write that overwrites it, so only copies of its hash are invalidated.
 
+use crate::ffi::locked::{LockedCell, ServerLock};
 use crate::index::{Key, Op};
 use crate::{replication, state};
 use redis_module::raw;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
 
 /// The last key whose deletion was logged by a `Key` event or by a
 /// deletion notification: the other of the two, fired for the same deletion
 /// right after, need not log it again. Every other event forgets it (taken
 /// at the start of each handler), so it never outlives that pair.
-/// Main-thread state behind a lock that is only taken when set.
-static LAST_GONE: Mutex<Option<(usize, Key)>> = Mutex::new(None);
-static GONE: AtomicBool = AtomicBool::new(false);
+/// Main-thread (server lock) state: no mutex, no locked instruction.
+static LAST_GONE: LockedCell<Option<(usize, Key)>> = LockedCell::new(None);
 
 /// Takes the remembered deletion; whether it was `name` in `db`.
-pub fn take_gone(db: usize, name: &[u8]) -> bool {
-    // A plain load first: every notification calls this, and most find
-    // nothing remembered.
-    if !GONE.load(Ordering::Acquire) || !GONE.swap(false, Ordering::Acquire) {
-        return false;
-    }
-    let last = LAST_GONE.lock().unwrap_or_else(|e| e.into_inner()).take();
-    last.is_some_and(|(d, k)| d == db && k.as_bytes() == name)
+pub fn take_gone(lock: &ServerLock, db: usize, name: &[u8]) -> bool {
+    LAST_GONE
+        .take(lock)
+        .is_some_and(|(d, k)| d == db && k.as_bytes() == name)
 }
 
 /// Logs that `name` in `db` is gone, unless the other event of the same
 /// deletion just did (`already`), and remembers it for that other event.
-pub fn log_gone(m: &crate::state::Module, db: usize, name: &[u8], already: bool) {
+pub fn log_gone(
+    lock: &ServerLock,
+    m: &crate::state::Module,
+    db: usize,
+    name: &[u8],
+    already: bool,
+) {
     if already {
         return;
     }
-    m.push(Op::Set(db, Key::new(name), None));
-    *LAST_GONE.lock().unwrap_or_else(|e| e.into_inner()) = Some((db, Key::new(name)));
-    GONE.store(true, Ordering::Release);
+    let key = Key::new(name);
+    LAST_GONE.replace(lock, Some((db, key.clone())));
+    m.push(Op::Set(db, key, None));
 }
 
 /// A `Key` server event about `name` in `db`.
@@ -50,12 +50,13 @@ pub fn on_key_unlinked(subevent: u64, db: usize, name: &[u8]) {
         return;
     }
     let Some(m) = state::try_get() else { return };
-    let already = take_gone(db, name);
+    let lock = ServerLock::in_callback();
+    let already = take_gone(&lock, db, name);
     m.watches.bump(db, name);
     match subevent {
         raw::REDISMODULE_SUBEVENT_KEY_DELETED
         | raw::REDISMODULE_SUBEVENT_KEY_EXPIRED
-        | raw::REDISMODULE_SUBEVENT_KEY_EVICTED => log_gone(m, db, name, already),
+        | raw::REDISMODULE_SUBEVENT_KEY_EVICTED => log_gone(&lock, m, db, name, already),
         _ => {}
     }
 }

@@ -449,6 +449,12 @@ fn server_with_bg() -> (Server, Connection, Connection) {
     "INCR n; APPEND a x; SETRANGE r 3 x; PFADD hll a; SETBIT b 7 1; GETSET g v; MSET m1 1 m2 2; =0 MSETNX m2 1 m3 1; SETNX m3 1",
     "0: @bg0 n a r hll b g m1 m2 m3; 3: @bg3"
 )]
+// A string SET is logged without reading the key when it created it or
+// the key was a plain string; any other key is read.
+#[case::string_sets(
+    "SET a 1; BITOP OR b a nosuch; MSET c 1 d 2; SET a 2 KEEPTTL; SET bg0:hash x KEEPTTL; SET bg0:list x EX 100000; SET bg0:ttl x",
+    "0: @bg0 a b c d; 3: @bg3"
+)]
 #[case::del("SET a 1; RPUSH l x; =2 DEL a l nosuch; =0 DEL a", "0: @bg0; 3: @bg3")]
 #[case::del_background(
     "=3 DEL bg0:str bg0:hash bg0:stream",
@@ -737,6 +743,11 @@ enum Expiry {
 #[case::set_clears_ttl("SET p v PX 500; SET p v2", "", "0: p")]
 #[case::set_keepttl("SET k v PX 500; SET k v2 KEEPTTL", "0: k", "")]
 #[case::setex_psetex("SETEX p 100000 v; PSETEX k 500 v", "0: k", "0: p")]
+#[case::set_keepttl_plain_and_over_other_types(
+    "SET p v; SET p v2 KEEPTTL; SET n v KEEPTTL; HSET k f v; PEXPIRE k 500; SET k v KEEPTTL; SET j v; PEXPIRE j 500; SET j v2",
+    "0: k",
+    "0: p n j"
+)]
 #[case::getdel_removes("SET g v PX 500; GETDEL g; SET p v EX 100000", "", "0: p")]
 #[case::expire_options(
     "SET k v; PEXPIRE k 100000; PEXPIRE k 500 LT; SET p v; PEXPIRE p 500; PEXPIRE p 100000 GT; SET n v; =0 PEXPIRE n 500 XX; EXPIRE n 100000 NX",

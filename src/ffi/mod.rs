@@ -14,6 +14,7 @@ pub mod expiry;
 pub mod info;
 pub mod keys;
 pub mod latency;
+pub mod locked;
 pub mod mainloop;
 pub mod reply;
 pub mod scan;

@@ -122,6 +122,7 @@ impl Trackers {
 
     /// A keyspace event on `key` in `db` (`None`: any database).
     /// Whether a deletion is running (events must be recorded).
+    #[inline]
     pub fn any(&self) -> bool {
         self.active.load(Ordering::SeqCst) != 0
     }

@@ -49,11 +49,21 @@ impl Watches {
     /// Records a keyspace event on `key` in `db`. O(1) when nothing is watched.
     /// Whether any key's events matter right now: a copy is watched or a
     /// SNAPSHOT.UNLINK records the keys written meanwhile.
+    #[inline]
     pub fn any(&self) -> bool {
         self.count.load(Ordering::SeqCst) != 0 || self.touched.any()
     }
 
+    /// Every notification calls this: inlined down to the two loads of
+    /// [`any`](Self::any) when nothing is watched (the usual case).
+    #[inline]
     pub fn bump(&self, db: usize, key: &[u8]) {
+        if self.any() {
+            self.bump_watched(db, key);
+        }
+    }
+
+    fn bump_watched(&self, db: usize, key: &[u8]) {
         self.touched.record(Some(db), key);
         if self.count.load(Ordering::SeqCst) == 0 {
             return;

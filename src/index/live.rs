@@ -229,26 +229,38 @@ impl Live {
     /// fired the event (no "new" event for it), it is now a string without
     /// expiry, and the filter of keys indexed as anything else does not
     /// hold it, so the index already says exactly that. Returns whether
-    /// the truth was logged.
+    /// the truth was logged. `owned`: `key` already copied (logged as is).
     pub fn push_truth(
         &self,
         db: usize,
         key: &[u8],
+        owned: Option<Key>,
         truth: Option<Meta>,
         existed: bool,
         dispose: Dispose,
     ) -> bool {
         match truth {
-            Some(m) if m == PLAIN && existed && !self.filter.load().may_contain(key) => {
-                // One writer at a time (the server lock): no locked add.
-                let n = self.skipped.load(Ordering::Relaxed);
-                self.skipped.store(n + 1, Ordering::Relaxed);
-                return false;
-            }
+            Some(m) if m == PLAIN && existed && self.skip_if_plain(key) => return false,
             Some(m) if m != PLAIN => self.note_unusual(key),
             _ => {}
         }
-        self.push(Op::Set(db, Key::new(key), truth), dispose);
+        let key = owned.unwrap_or_else(|| Key::new(key));
+        self.push(Op::Set(db, key, truth), dispose);
+        true
+    }
+
+    /// Whether the index holds `key` as a string without expiry, or does
+    /// not hold it: the filter of keys indexed as anything else does not
+    /// hold it. If so, counts a truth skipped (main thread, server lock).
+    /// Only for a key that existed before the command (see
+    /// [`push_truth`](Self::push_truth)) and is now a plain string.
+    pub fn skip_if_plain(&self, key: &[u8]) -> bool {
+        if self.filter.load().may_contain(key) {
+            return false;
+        }
+        // One writer at a time (the server lock): no locked add.
+        let n = self.skipped.load(Ordering::Relaxed);
+        self.skipped.store(n + 1, Ordering::Relaxed);
         true
     }
 
@@ -257,8 +269,13 @@ impl Live {
     /// swaps filters meanwhile cannot miss it); when the filter is full,
     /// asks the indexer for a rebuild from the index.
     fn note_unusual(&self, key: &[u8]) {
-        if let Some(next) = self.next_filter.load().as_ref() {
-            next.add(key);
+        // No rebuild requested, no filter being rebuilt: only this thread
+        // requests one (below), and the indexer clears `next_filter`
+        // before `rebuild_at`. A plain load spares a guarded one.
+        if self.rebuild_at.load(Ordering::SeqCst) != 0 {
+            if let Some(next) = self.next_filter.load().as_ref() {
+                next.add(key);
+            }
         }
         let f = self.filter.load();
         // The filter in use is written by the server-lock holder only (a
@@ -326,8 +343,10 @@ impl Live {
             q.ops.push(op);
             // Every writer of `pushed` holds the queue lock: a plain store
             // (no locked read-modify-write on the main thread's hot path).
+            // Release, not SeqCst (an exchange): readers only need to see
+            // the operation queued once they see its number.
             let seq = self.pushed.load(Ordering::Relaxed) + 1;
-            self.pushed.store(seq, Ordering::SeqCst);
+            self.pushed.store(seq, Ordering::Release);
             (seq, q.ops.len())
         };
         if backlog > MAX_BACKLOG {
