@@ -117,3 +117,60 @@ fn the_filter_rebuilt_from_the_index_stays_exact() {
     assert_eq!(keys.len(), want.len());
     assert!(keys == want, "exactly the keys whose expiry was cleared");
 }
+
+/// A write to an existing collection whose type and expiry stay as last
+/// logged (HSET, SADD, ZADD on a key already indexed so) is not logged
+/// again; every write that does change them still reaches the index.
+#[test]
+fn rewriting_collections_logs_once_and_stays_exact() {
+    let s = Server::start();
+    let mut con = s.client();
+    let before = stat(&mut con, "events_unchanged_skipped");
+    let mut p = redis::pipe();
+    for i in 0..200 {
+        p.cmd("HSET")
+            .arg("h")
+            .arg(format!("f{i}"))
+            .arg("v")
+            .ignore();
+        p.cmd("SADD").arg("s").arg(i).ignore();
+        p.cmd("ZADD").arg("z").arg(i).arg(format!("m{i}")).ignore();
+    }
+    p.query::<()>(&mut con).expect("pipeline");
+    let skipped = stat(&mut con, "events_unchanged_skipped") - before;
+    assert_eq!(skipped, 3 * 199, "all but each key's first write skipped");
+    for (ty, key) in [("hash", "h"), ("set", "s"), ("zset", "z")] {
+        assert_eq!(
+            snapshot_keys(&mut con, &["TYPE", ty]),
+            vec![key.to_string()]
+        );
+    }
+    // Expiry set, then the same writes again (skipped: nothing changes),
+    // then expiry removed on one of them (logged): after the old expiry
+    // has passed, only that one is left.
+    let t0 = Instant::now();
+    cmd_str(&mut con, &["PEXPIRE", "h", "300"]);
+    cmd_str(&mut con, &["PEXPIRE", "s", "300"]);
+    cmd_str(&mut con, &["HSET", "h", "again", "v"]);
+    cmd_str(&mut con, &["SADD", "s", "again"]);
+    cmd_str(&mut con, &["PERSIST", "s"]);
+    cmd_str(&mut con, &["SADD", "s", "once more"]);
+    // Deleted and created again: logged each time.
+    cmd_str(&mut con, &["DEL", "z"]);
+    assert!(snapshot_keys(&mut con, &["TYPE", "zset"]).is_empty());
+    cmd_str(&mut con, &["ZADD", "z", "1", "m"]);
+    // A flush forgets what was logged; the same write after it is logged.
+    cmd_str(&mut con, &["SELECT", "1"]);
+    cmd_str(&mut con, &["HSET", "h1", "f", "v"]);
+    cmd_str(&mut con, &["FLUSHDB"]);
+    cmd_str(&mut con, &["HSET", "h1", "f", "v"]);
+    assert_eq!(snapshot_keys(&mut con, &[]), vec!["h1".to_string()]);
+    cmd_str(&mut con, &["SELECT", "0"]);
+    wait_until("the expiry to pass", Duration::from_secs(5), || {
+        t0.elapsed() > Duration::from_millis(400)
+    });
+    assert_eq!(
+        snapshot_keys(&mut con, &[]),
+        vec!["s".to_string(), "z".to_string()]
+    );
+}

@@ -22,6 +22,7 @@
 
 use super::filter::{KeyFilter, MIN_CAPACITY};
 use super::meta::STRING;
+use super::recent::Recent;
 use super::{Key, KeyMap, Keyspace, Meta, Snapshot};
 use crate::slot::SlotSet;
 use arc_swap::{ArcSwap, ArcSwapOption};
@@ -133,6 +134,9 @@ impl OpLog {
 
 struct Queue {
     ops: OpLog,
+    /// The truth last logged for recently written keys (see [`Recent`]):
+    /// updated by every push, under this lock.
+    recent: Recent,
     /// Snapshot requests by log position (number of operations before it).
     opens: BTreeMap<u64, Vec<Arc<OpenRequest>>>,
 }
@@ -211,6 +215,7 @@ impl Live {
             index: Mutex::new(index),
             queue: Mutex::new(Queue {
                 ops: OpLog::default(),
+                recent: Recent::default(),
                 opens: BTreeMap::new(),
             }),
             pushed: AtomicU64::new(0),
@@ -244,8 +249,17 @@ impl Live {
             Some(m) if m != PLAIN => self.note_unusual(key),
             _ => {}
         }
+        // A key that existed whose last logged truth is this one (an HSET,
+        // SADD, ZADD... on an existing collection) changes nothing either.
         let key = owned.unwrap_or_else(|| Key::new(key));
-        self.push(Op::Set(db, key, truth), dispose);
+        if self
+            .push_inner(Op::Set(db, key, truth), existed, dispose)
+            .is_none()
+        {
+            let n = self.skipped.load(Ordering::Relaxed);
+            self.skipped.store(n + 1, Ordering::Relaxed);
+            return false;
+        }
         true
     }
 
@@ -282,9 +296,10 @@ impl Live {
         // rebuilt one is swapped in after the indexer is done with it).
         f.add_sole_writer(key);
         if f.is_full() && self.rebuild_at.load(Ordering::SeqCst) == 0 {
-            // Room for twice as many, but no more than twice the index.
+            // Room for four times as many (each rebuild scans the whole
+            // index), but no more than twice the index.
             let keys = self.published.load().total;
-            let cap = (f.capacity() * 2).min(keys.max(MIN_CAPACITY) * 2);
+            let cap = (f.capacity() * 4).min(keys.max(MIN_CAPACITY) * 2);
             self.next_filter.store(Some(Arc::new(KeyFilter::new(cap))));
             self.rebuild_at
                 .store(self.pushed().max(1), Ordering::SeqCst);
@@ -338,8 +353,25 @@ impl Live {
 
     /// Appends an operation; returns its sequence number.
     pub fn push(&self, op: Op, dispose: Dispose) -> u64 {
+        self.push_inner(op, false, dispose).unwrap_or(0)
+    }
+
+    /// [`push`](Self::push); with `unless_known`, a `Set` whose truth is
+    /// the one last logged for its key ([`Recent`]) is dropped instead
+    /// (`None`).
+    fn push_inner(&self, op: Op, unless_known: bool, dispose: Dispose) -> Option<u64> {
         let (seq, backlog) = {
             let mut q = lock(&self.queue);
+            match &op {
+                Op::Set(db, key, truth) => {
+                    if unless_known && q.recent.holds(*db, key.as_bytes(), *truth) {
+                        return None;
+                    }
+                    q.recent.logged(*db, key, *truth);
+                }
+                // Whole databases changed: nothing recent holds any more.
+                Op::Flush(_) | Op::FlushAll | Op::Swap(..) | Op::PurgeSlots(_) => q.recent.clear(),
+            }
             q.ops.push(op);
             // Every writer of `pushed` holds the queue lock: a plain store
             // (no locked read-modify-write on the main thread's hot path).
@@ -355,7 +387,7 @@ impl Live {
             let mut ks = self.lock_fair();
             self.apply_batch(&mut ks, BATCH, dispose);
         }
-        seq
+        Some(seq)
     }
 
     /// Requests a snapshot of `db` as of now (the current end of the log).
@@ -881,5 +913,54 @@ mod tests {
             live.push(put(0, &format!("{i}")), NOTHING);
         }
         assert!(live.backlog() <= MAX_BACKLOG as u64);
+    }
+
+    /// What `push_truth` logs, by what the log last said of the key:
+    /// (writes so far, then the truth, whether the key existed, whether it
+    /// is logged).
+    #[rstest::rstest]
+    #[case::repeated_on_existing_key(&[(0, "h", 2)], (0, "h", 2), true, false)]
+    #[case::repeated_on_created_key(&[(0, "h", 2)], (0, "h", 2), false, true)]
+    #[case::type_changed(&[(0, "h", 2)], (0, "h", 3), true, true)]
+    #[case::other_database(&[(0, "h", 2)], (1, "h", 2), true, true)]
+    #[case::deleted_then_repeated(&[(0, "h", 2), (0, "h", 0)], (0, "h", 2), true, true)]
+    #[case::never_logged(&[], (0, "h", 2), true, true)]
+    fn a_truth_already_logged_for_an_existing_key_is_not_logged_again(
+        #[case] before: &[(usize, &str, u8)],
+        #[case] now: (usize, &str, u8),
+        #[case] existed: bool,
+        #[case] logged: bool,
+    ) {
+        let meta = |t: u8| (t > 0).then(|| Meta::new(t - 1, None));
+        let live = Live::new(2);
+        for (db, k, t) in before {
+            live.push_truth(*db, k.as_bytes(), None, meta(*t), false, NOTHING);
+        }
+        let pushed = live.pushed();
+        let (db, k, t) = now;
+        assert_eq!(
+            live.push_truth(db, k.as_bytes(), None, meta(t), existed, NOTHING),
+            logged
+        );
+        assert_eq!(live.pushed(), pushed + logged as u64);
+        assert_eq!(live.skipped(), !logged as u64);
+    }
+
+    /// After a flush, swap or purge is logged, the same truth is logged
+    /// again: the key may be gone or elsewhere.
+    #[rstest::rstest]
+    #[case::flush(Op::Flush(0))]
+    #[case::flush_all(Op::FlushAll)]
+    #[case::swap(Op::Swap(0, 1))]
+    #[case::purge(Op::PurgeSlots(Arc::new(SlotSet::default())))]
+    fn whole_database_changes_forget_what_was_logged(#[case] op: Op) {
+        let hash = Some(Meta::new(2, None));
+        let live = Live::new(2);
+        assert!(live.push_truth(0, b"h", None, hash, false, NOTHING));
+        assert!(!live.push_truth(0, b"h", None, hash, true, NOTHING));
+        live.push(op, NOTHING);
+        assert!(live.push_truth(0, b"h", None, hash, true, NOTHING));
+        let ks = live.sync(live.pushed(), NOTHING);
+        assert_eq!(ks.get(0, b"h"), hash);
     }
 }
