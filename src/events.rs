@@ -293,6 +293,9 @@ extern "C" fn on_keyspace_event(
         m.stats.events.store(n + 1, Ordering::Relaxed);
         let db = ffi::selected_db(ctx);
         let name = ffi::string_bytes(key);
+        // The filter block and the recent-truth slot this key's record will
+        // read: their cache misses overlap the work below.
+        m.prefetch_truth(db, name);
         // A deletion the `Key` event just logged (see unlink.rs); taken by
         // every notification, so it never outlives the pair.
         let gone = crate::unlink::take_gone(&lock, db, name);

@@ -95,6 +95,13 @@ impl Module {
         self.live.push(op, &|maps| self.dispose_maps(maps))
     }
 
+    /// Prefetches what recording the truth of a key reads (see
+    /// [`Live::prefetch`]).
+    #[inline]
+    pub fn prefetch_truth(&self, db: usize, key: &[u8]) {
+        self.live.prefetch(db, key);
+    }
+
     /// Records the truth about a key (main thread), unless it cannot change
     /// the index (see [`Live::push_truth`]).
     pub fn push_truth(

@@ -154,6 +154,12 @@ impl KeyFilter {
     pub fn bytes(&self) -> usize {
         self.blocks.len() * 64
     }
+
+    /// Where the blocks are and the mask that picks one from a key's
+    /// [`hash`]: for prefetching a key's block before it is needed.
+    pub fn layout(&self) -> (usize, u64) {
+        (self.blocks.as_ptr() as usize, self.mask)
+    }
 }
 
 #[cfg(test)]

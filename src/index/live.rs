@@ -195,6 +195,13 @@ pub struct Live {
     rebuild_at: AtomicU64,
     /// Truths not logged because they could not change the index.
     skipped: AtomicU64,
+    /// Where the filter in use keeps its blocks, and its mask (see
+    /// [`Live::prefetch`]; updated with `filter`, read without a lock: a
+    /// torn pair only prefetches a useless address).
+    filter_base: AtomicUsize,
+    filter_mask: AtomicU64,
+    /// Where the table of recent truths keeps its slots (it never moves).
+    recent_base: usize,
 }
 
 /// What most keys are: a string without expiry.
@@ -209,24 +216,45 @@ type Dispose<'a> = &'a dyn Fn(Vec<KeyMap>);
 impl Live {
     pub fn new(databases: usize) -> Self {
         let index = Keyspace::new(databases);
+        let recent = Recent::default();
+        let recent_base = recent.base();
+        let filter = KeyFilter::new(MIN_CAPACITY);
+        let (filter_base, filter_mask) = filter.layout();
         Live {
             published: ArcSwap::from_pointee(Figures::of(&index, 0)),
             live_node_bytes: AtomicUsize::new(0),
             index: Mutex::new(index),
             queue: Mutex::new(Queue {
                 ops: OpLog::default(),
-                recent: Recent::default(),
+                recent,
                 opens: BTreeMap::new(),
             }),
             pushed: AtomicU64::new(0),
             applied: AtomicU64::new(0),
             waiting: AtomicUsize::new(0),
             changes: AtomicU64::new(0),
-            filter: ArcSwap::from_pointee(KeyFilter::new(MIN_CAPACITY)),
+            filter: ArcSwap::from_pointee(filter),
             next_filter: ArcSwapOption::empty(),
             rebuild_at: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
+            filter_base: AtomicUsize::new(filter_base),
+            filter_mask: AtomicU64::new(filter_mask),
+            recent_base,
         }
+    }
+
+    /// Prefetches what recording the truth of `key` in `db` reads: its
+    /// filter block and its slot of the table of recent truths, two cache
+    /// misses in a large keyspace. Called as a notification starts, so
+    /// that they overlap the server's own read of the key.
+    #[inline]
+    pub fn prefetch(&self, db: usize, key: &[u8]) {
+        let h = super::filter::hash(key);
+        let base = self.filter_base.load(Ordering::Relaxed);
+        let block = (h & self.filter_mask.load(Ordering::Relaxed)) as usize;
+        crate::ffi::cpu::prefetch((base as *const u8).wrapping_add(block * 64));
+        let slot = super::recent::slot_of(db, h) * super::recent::SLOT_BYTES;
+        crate::ffi::cpu::prefetch((self.recent_base as *const u8).wrapping_add(slot));
     }
 
     /// Records the truth about `key` in `db` (main thread), unless it
@@ -336,7 +364,10 @@ impl Live {
                 }
             }
         }
+        let (base, mask) = next.layout();
         self.filter.store(next);
+        self.filter_base.store(base, Ordering::Relaxed);
+        self.filter_mask.store(mask, Ordering::Relaxed);
         self.next_filter.store(None);
         self.rebuild_at.store(0, Ordering::SeqCst);
     }

@@ -44,9 +44,17 @@ impl Default for Recent {
 /// The slot of `key` in `db`.
 #[inline]
 fn slot(db: usize, key: &[u8]) -> usize {
-    let h = super::filter::hash(key) ^ (db as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    (h >> 40) as usize % SLOTS
+    slot_of(db, super::filter::hash(key))
 }
+
+/// The slot of a key in `db` whose [`hash`](super::filter::hash) is `h`.
+#[inline]
+pub fn slot_of(db: usize, h: u64) -> usize {
+    ((h ^ (db as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)) >> 40) as usize % SLOTS
+}
+
+/// Bytes of one slot.
+pub const SLOT_BYTES: usize = std::mem::size_of::<Option<Entry>>();
 
 impl Recent {
     /// Whether the last truth logged for `key` in `db` is known to be
@@ -66,6 +74,12 @@ impl Recent {
             key: key.clone(),
             truth,
         });
+    }
+
+    /// Where the slots are (they never move): for prefetching a key's slot
+    /// ([`slot_of`], [`SLOT_BYTES`]) before it is needed.
+    pub fn base(&self) -> usize {
+        self.slots.as_ptr() as usize
     }
 
     /// Forgets everything (a flush, a swap or a purge was logged).

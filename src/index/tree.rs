@@ -196,7 +196,12 @@ impl Route<'_> {
     #[inline]
     fn probe(self, l: &Leaf, key: &[u8]) -> Probe {
         match self {
-            Route::Known([], p) => *p,
+            Route::Known([], p) => {
+                // The unit tests check every reuse against a fresh search.
+                #[cfg(test)]
+                assert_eq!(*p, l.find(key), "a stale location was reused");
+                *p
+            }
             _ => l.find(key),
         }
     }
