@@ -916,12 +916,7 @@ mod speed {
     use super::*;
     use crate::index::meta::STRING;
 
-    fn cpu_ns() -> u64 {
-        std::fs::read_to_string("/proc/thread-self/schedstat")
-            .ok()
-            .and_then(|s| s.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0)
-    }
+    use crate::index::thread_cpu_ns as cpu_ns;
 
     #[test]
     #[ignore]

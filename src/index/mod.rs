@@ -318,3 +318,13 @@ impl Keyspace {
 
 #[cfg(test)]
 mod tests;
+
+/// Nanoseconds the calling thread has run (immune to other processes
+/// taking the CPU, unlike wall time): for the speed tests.
+#[cfg(test)]
+pub(crate) fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}

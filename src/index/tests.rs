@@ -324,12 +324,7 @@ proptest! {
 mod speed {
     use super::*;
 
-    fn cpu_ns() -> u64 {
-        std::fs::read_to_string("/proc/thread-self/schedstat")
-            .ok()
-            .and_then(|s| s.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0)
-    }
+    use crate::index::thread_cpu_ns as cpu_ns;
 
     fn run(ks: &mut Keyspace, keys: &[Key], truth: Option<Meta>) -> f64 {
         let t0 = cpu_ns();

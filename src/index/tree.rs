@@ -1091,14 +1091,7 @@ mod tests {
 mod speed {
     use super::*;
 
-    /// Nanoseconds this thread has run (immune to other processes taking
-    /// the CPU, unlike wall time).
-    fn cpu_ns() -> u64 {
-        std::fs::read_to_string("/proc/thread-self/schedstat")
-            .ok()
-            .and_then(|s| s.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0)
-    }
+    use crate::index::thread_cpu_ns as cpu_ns;
 
     /// `cargo test --release --lib speed -- --ignored --nocapture`
     #[test]
