@@ -295,11 +295,12 @@ extern "C" fn on_keyspace_event(
         let name = ffi::string_bytes(key);
         // The filter block and the recent-truth slot this key's record will
         // read: their cache misses overlap the work below.
-        m.prefetch_truth(db, name);
+        let hash = m.prefetch_truth(db, name);
         // A deletion the `Key` event just logged (see unlink.rs); taken by
         // every notification, so it never outlives the pair.
         let gone = crate::unlink::take_gone(&lock, db, name);
-        if matches!(event_name(event), b"move_from" | b"move_to" | b"copy_to") {
+        let event = event_name(event);
+        if matches!(event, b"move_from" | b"move_to" | b"copy_to") {
             // Fired from the caller's database on some servers: any copy of
             // a hash with this name may be stale.
             m.watches.bump_moved(name);
@@ -314,7 +315,6 @@ extern "C" fn on_keyspace_event(
             }
             return apply(m, db, name, keys::probe_copy(ctx, key));
         }
-        let event = event_name(event);
         let created = settle_unless(&lock, m, db, name);
         match event {
             b"new" => {
@@ -334,7 +334,7 @@ extern "C" fn on_keyspace_event(
             // was such a string stays one. Neither needs reading.
             b"set" if type_ == raw::REDISMODULE_NOTIFY_STRING as c_int => match created {
                 Some(k) => record_plain(m, db, name, k),
-                None if m.skip_if_plain(name) => {}
+                None if m.skip_if_plain_h(hash) => {}
                 None => record(m, db, name, keys::probe(ctx, key), None, true),
             },
             _ => {

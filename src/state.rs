@@ -98,8 +98,8 @@ impl Module {
     /// Prefetches what recording the truth of a key reads (see
     /// [`Live::prefetch`]).
     #[inline]
-    pub fn prefetch_truth(&self, db: usize, key: &[u8]) {
-        self.live.prefetch(db, key);
+    pub fn prefetch_truth(&self, db: usize, key: &[u8]) -> u64 {
+        self.live.prefetch(db, key)
     }
 
     /// Records the truth about a key (main thread), unless it cannot change
@@ -122,6 +122,13 @@ impl Module {
     /// the index already says so (see [`Live::skip_if_plain`]).
     pub fn skip_if_plain(&self, key: &[u8]) -> bool {
         self.live.skip_if_plain(key)
+    }
+
+    /// [`skip_if_plain`](Self::skip_if_plain) for a key whose hash
+    /// [`prefetch_truth`](Self::prefetch_truth) returned.
+    #[inline]
+    pub fn skip_if_plain_h(&self, h: u64) -> bool {
+        self.live.skip_if_plain_h(h)
     }
 
     /// Sequence number of the last recorded change.

@@ -47,7 +47,7 @@ struct Block([AtomicU64; 8]);
 
 /// A 64-bit hash of a key (word-at-a-time multiply-mix; not
 /// cryptographic: only the spread matters here).
-pub(super) fn hash(key: &[u8]) -> u64 {
+pub fn hash(key: &[u8]) -> u64 {
     const K: u64 = 0x9E37_79B9_7F4A_7C15;
     let mut h = (key.len() as u64).wrapping_mul(K) ^ 0x2545_F491_4F6C_DD1D;
     let mut chunks = key.chunks_exact(8);
@@ -83,10 +83,10 @@ impl KeyFilter {
         }
     }
 
-    /// A key's block and its three (word, bit) positions in it.
+    /// The block of a key whose [`hash`] is `h`, and its three (word, bit)
+    /// positions in it.
     #[inline]
-    fn probes(&self, key: &[u8]) -> (Option<&Block>, [(usize, u64); 3]) {
-        let h = hash(key);
+    fn probes(&self, h: u64) -> (Option<&Block>, [(usize, u64); 3]) {
         let block = self.blocks.get((h & self.mask) as usize);
         let bit = |shift: u32| {
             let p = (h >> shift) & 511;
@@ -98,7 +98,12 @@ impl KeyFilter {
     /// Adds a key while another thread may add too (a filter being
     /// rebuilt): atomic read-modify-writes.
     pub fn add(&self, key: &[u8]) {
-        let (Some(block), bits) = self.probes(key) else {
+        self.add_h(hash(key))
+    }
+
+    /// [`add`](Self::add) for a key whose [`hash`] is `h`.
+    pub fn add_h(&self, h: u64) {
+        let (Some(block), bits) = self.probes(h) else {
             return;
         };
         let mut new = false;
@@ -114,7 +119,13 @@ impl KeyFilter {
     /// and the filter in use): plain loads, and stores only for bits not
     /// set yet, so a key already there costs no write at all.
     pub fn add_sole_writer(&self, key: &[u8]) {
-        let (Some(block), bits) = self.probes(key) else {
+        self.add_sole_writer_h(hash(key))
+    }
+
+    /// [`add_sole_writer`](Self::add_sole_writer) for a key whose [`hash`]
+    /// is `h`.
+    pub fn add_sole_writer_h(&self, h: u64) {
+        let (Some(block), bits) = self.probes(h) else {
             return;
         };
         let mut new = false;
@@ -134,7 +145,13 @@ impl KeyFilter {
     /// `false` only if `key` was never added.
     #[inline]
     pub fn may_contain(&self, key: &[u8]) -> bool {
-        let (Some(block), bits) = self.probes(key) else {
+        self.may_contain_h(hash(key))
+    }
+
+    /// [`may_contain`](Self::may_contain) for a key whose [`hash`] is `h`.
+    #[inline]
+    pub fn may_contain_h(&self, h: u64) -> bool {
+        let (Some(block), bits) = self.probes(h) else {
             return true;
         };
         bits.iter()

@@ -247,14 +247,16 @@ impl Live {
     /// filter block and its slot of the table of recent truths, two cache
     /// misses in a large keyspace. Called as a notification starts, so
     /// that they overlap the server's own read of the key.
+    /// Returns the key's hash, for [`skip_if_plain_h`](Self::skip_if_plain_h).
     #[inline]
-    pub fn prefetch(&self, db: usize, key: &[u8]) {
+    pub fn prefetch(&self, db: usize, key: &[u8]) -> u64 {
         let h = super::filter::hash(key);
         let base = self.filter_base.load(Ordering::Relaxed);
         let block = (h & self.filter_mask.load(Ordering::Relaxed)) as usize;
         crate::ffi::cpu::prefetch((base as *const u8).wrapping_add(block * 64));
         let slot = super::recent::slot_of(db, h) * super::recent::SLOT_BYTES;
         crate::ffi::cpu::prefetch((self.recent_base as *const u8).wrapping_add(slot));
+        h
     }
 
     /// Records the truth about `key` in `db` (main thread), unless it
@@ -272,16 +274,17 @@ impl Live {
         existed: bool,
         dispose: Dispose,
     ) -> bool {
+        let h = super::filter::hash(key);
         match truth {
-            Some(m) if m == PLAIN && existed && self.skip_if_plain(key) => return false,
-            Some(m) if m != PLAIN => self.note_unusual(key),
+            Some(m) if m == PLAIN && existed && self.skip_if_plain_h(h) => return false,
+            Some(m) if m != PLAIN => self.note_unusual(h),
             _ => {}
         }
         // A key that existed whose last logged truth is this one (an HSET,
         // SADD, ZADD... on an existing collection) changes nothing either.
         let key = owned.unwrap_or_else(|| Key::new(key));
         if self
-            .push_inner(Op::Set(db, key, truth), existed, dispose)
+            .push_inner(Op::Set(db, key, truth), existed, Some(h), dispose)
             .is_none()
         {
             let n = self.skipped.load(Ordering::Relaxed);
@@ -297,7 +300,13 @@ impl Live {
     /// Only for a key that existed before the command (see
     /// [`push_truth`](Self::push_truth)) and is now a plain string.
     pub fn skip_if_plain(&self, key: &[u8]) -> bool {
-        if self.filter.load().may_contain(key) {
+        self.skip_if_plain_h(super::filter::hash(key))
+    }
+
+    /// [`skip_if_plain`](Self::skip_if_plain) for a key whose hash is `h`.
+    #[inline]
+    pub fn skip_if_plain_h(&self, h: u64) -> bool {
+        if self.filter.load().may_contain_h(h) {
             return false;
         }
         // One writer at a time (the server lock): no locked add.
@@ -310,19 +319,19 @@ impl Live {
     /// filter (and to the one being rebuilt, first, so that a rebuild that
     /// swaps filters meanwhile cannot miss it); when the filter is full,
     /// asks the indexer for a rebuild from the index.
-    fn note_unusual(&self, key: &[u8]) {
+    fn note_unusual(&self, h: u64) {
         // No rebuild requested, no filter being rebuilt: only this thread
         // requests one (below), and the indexer clears `next_filter`
         // before `rebuild_at`. A plain load spares a guarded one.
         if self.rebuild_at.load(Ordering::SeqCst) != 0 {
             if let Some(next) = self.next_filter.load().as_ref() {
-                next.add(key);
+                next.add_h(h);
             }
         }
         let f = self.filter.load();
         // The filter in use is written by the server-lock holder only (a
         // rebuilt one is swapped in after the indexer is done with it).
-        f.add_sole_writer(key);
+        f.add_sole_writer_h(h);
         if f.is_full() && self.rebuild_at.load(Ordering::SeqCst) == 0 {
             // Room for four times as many (each rebuild scans the whole
             // index), but no more than twice the index.
@@ -384,21 +393,29 @@ impl Live {
 
     /// Appends an operation; returns its sequence number.
     pub fn push(&self, op: Op, dispose: Dispose) -> u64 {
-        self.push_inner(op, false, dispose).unwrap_or(0)
+        self.push_inner(op, false, None, dispose).unwrap_or(0)
     }
 
     /// [`push`](Self::push); with `unless_known`, a `Set` whose truth is
     /// the one last logged for its key ([`Recent`]) is dropped instead
     /// (`None`).
-    fn push_inner(&self, op: Op, unless_known: bool, dispose: Dispose) -> Option<u64> {
+    /// `h`: the key's hash, if the caller has it.
+    fn push_inner(
+        &self,
+        op: Op,
+        unless_known: bool,
+        h: Option<u64>,
+        dispose: Dispose,
+    ) -> Option<u64> {
         let (seq, backlog) = {
             let mut q = lock(&self.queue);
             match &op {
                 Op::Set(db, key, truth) => {
-                    if unless_known && q.recent.holds(*db, key.as_bytes(), *truth) {
+                    let h = h.unwrap_or_else(|| super::filter::hash(key.as_bytes()));
+                    if unless_known && q.recent.holds_h(*db, h, key.as_bytes(), *truth) {
                         return None;
                     }
-                    q.recent.logged(*db, key, *truth);
+                    q.recent.logged_h(*db, h, key, *truth);
                 }
                 // Whole databases changed: nothing recent holds any more.
                 Op::Flush(_) | Op::FlushAll | Op::Swap(..) | Op::PurgeSlots(_) => q.recent.clear(),

@@ -41,12 +41,6 @@ impl Default for Recent {
     }
 }
 
-/// The slot of `key` in `db`.
-#[inline]
-fn slot(db: usize, key: &[u8]) -> usize {
-    slot_of(db, super::filter::hash(key))
-}
-
 /// The slot of a key in `db` whose [`hash`](super::filter::hash) is `h`.
 #[inline]
 pub fn slot_of(db: usize, h: u64) -> usize {
@@ -61,7 +55,13 @@ impl Recent {
     /// `truth`.
     #[inline]
     pub fn holds(&self, db: usize, key: &[u8], truth: Option<Meta>) -> bool {
-        self.slots[slot(db, key)]
+        self.holds_h(db, super::filter::hash(key), key, truth)
+    }
+
+    /// [`holds`](Self::holds) for a key whose hash is `h`.
+    #[inline]
+    pub fn holds_h(&self, db: usize, h: u64, key: &[u8], truth: Option<Meta>) -> bool {
+        self.slots[slot_of(db, h)]
             .as_ref()
             .is_some_and(|e| e.db == db && e.truth == truth && e.key.as_bytes() == key)
     }
@@ -69,7 +69,13 @@ impl Recent {
     /// Notes that `truth` was just logged for `key` in `db`.
     #[inline]
     pub fn logged(&mut self, db: usize, key: &Key, truth: Option<Meta>) {
-        self.slots[slot(db, key.as_bytes())] = Some(Entry {
+        self.logged_h(db, super::filter::hash(key.as_bytes()), key, truth)
+    }
+
+    /// [`logged`](Self::logged) for a key whose hash is `h`.
+    #[inline]
+    pub fn logged_h(&mut self, db: usize, h: u64, key: &Key, truth: Option<Meta>) {
+        self.slots[slot_of(db, h)] = Some(Entry {
             db,
             key: key.clone(),
             truth,
