@@ -334,7 +334,7 @@ extern "C" fn on_keyspace_event(
             // was such a string stays one. Neither needs reading.
             b"set" if type_ == raw::REDISMODULE_NOTIFY_STRING as c_int => match created {
                 Some(k) => record_plain(m, db, name, k),
-                None if m.skip_if_plain_h(hash) => {}
+                None if m.skip_if_plain_h(&lock, hash) => {}
                 None => record(m, db, name, keys::probe(ctx, key), None, true),
             },
             _ => {

@@ -112,23 +112,21 @@ impl Module {
         truth: Option<crate::index::Meta>,
         existed: bool,
     ) -> bool {
+        // Called from notifications and the index build, on the main
+        // thread under the server lock.
+        let lock = crate::ffi::locked::ServerLock::in_callback();
         self.live
-            .push_truth(db, key, owned, truth, existed, &|maps| {
+            .push_truth(&lock, db, (key, owned), truth, existed, &|maps| {
                 self.dispose_maps(maps)
             })
     }
 
     /// Skips the truth of a key that existed and is now a plain string when
-    /// the index already says so (see [`Live::skip_if_plain`]).
-    pub fn skip_if_plain(&self, key: &[u8]) -> bool {
-        self.live.skip_if_plain(key)
-    }
-
-    /// [`skip_if_plain`](Self::skip_if_plain) for a key whose hash
-    /// [`prefetch_truth`](Self::prefetch_truth) returned.
+    /// the index already says so (see [`Live::skip_if_plain`]); `h` is the
+    /// hash [`prefetch_truth`](Self::prefetch_truth) returned.
     #[inline]
-    pub fn skip_if_plain_h(&self, h: u64) -> bool {
-        self.live.skip_if_plain_h(h)
+    pub fn skip_if_plain_h(&self, lock: &crate::ffi::locked::ServerLock, h: u64) -> bool {
+        self.live.skip_if_plain_h(lock, h)
     }
 
     /// Sequence number of the last recorded change.

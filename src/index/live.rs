@@ -24,6 +24,7 @@ use super::filter::{KeyFilter, MIN_CAPACITY};
 use super::meta::STRING;
 use super::recent::Recent;
 use super::{Key, KeyMap, Keyspace, Meta, Snapshot};
+use crate::ffi::locked::{LockedCell, ServerLock};
 use crate::slot::SlotSet;
 use arc_swap::{ArcSwap, ArcSwapOption};
 use std::collections::{BTreeMap, VecDeque};
@@ -202,6 +203,12 @@ pub struct Live {
     filter_mask: AtomicU64,
     /// Where the table of recent truths keeps its slots (it never moves).
     recent_base: usize,
+    /// Bumped after every swap of `filter` (SeqCst: see [`Live::with_filter`]).
+    filter_gen: AtomicU64,
+    /// The filter in use as the server-lock holder last loaded it, with the
+    /// generation it had then: a plain load and compare per notification
+    /// instead of a guarded `ArcSwap` load.
+    main_filter: LockedCell<Option<(u64, Arc<KeyFilter>)>>,
 }
 
 /// What most keys are: a string without expiry.
@@ -240,7 +247,26 @@ impl Live {
             filter_base: AtomicUsize::new(filter_base),
             filter_mask: AtomicU64::new(filter_mask),
             recent_base,
+            filter_gen: AtomicU64::new(0),
+            main_filter: LockedCell::new(None),
         }
+    }
+
+    /// Runs `f` on the filter in use, as cached for the server-lock holder.
+    /// The indexer swaps a rebuilt filter in, then bumps `filter_gen`, then
+    /// clears `rebuild_at` (all SeqCst); a holder that sees `rebuild_at`
+    /// cleared therefore sees the new generation and reloads, so no key is
+    /// added to a retired filter once keys stop going to both.
+    #[inline]
+    fn with_filter<R>(&self, lock: &ServerLock, f: impl FnOnce(&KeyFilter) -> R) -> R {
+        let gen = self.filter_gen.load(Ordering::SeqCst);
+        let filter = match self.main_filter.take(lock) {
+            Some((g, cached)) if g == gen => cached,
+            _ => self.filter.load_full(),
+        };
+        let out = f(&filter);
+        self.main_filter.replace(lock, Some((gen, filter)));
+        out
     }
 
     /// Prefetches what recording the truth of `key` in `db` reads: its
@@ -264,20 +290,21 @@ impl Live {
     /// fired the event (no "new" event for it), it is now a string without
     /// expiry, and the filter of keys indexed as anything else does not
     /// hold it, so the index already says exactly that. Returns whether
-    /// the truth was logged. `owned`: `key` already copied (logged as is).
+    /// the truth was logged. `key`: the name, and its copy if the caller
+    /// already made one (logged as is).
     pub fn push_truth(
         &self,
+        lock: &ServerLock,
         db: usize,
-        key: &[u8],
-        owned: Option<Key>,
+        (key, owned): (&[u8], Option<Key>),
         truth: Option<Meta>,
         existed: bool,
         dispose: Dispose,
     ) -> bool {
         let h = super::filter::hash(key);
         match truth {
-            Some(m) if m == PLAIN && existed && self.skip_if_plain_h(h) => return false,
-            Some(m) if m != PLAIN => self.note_unusual(h),
+            Some(m) if m == PLAIN && existed && self.skip_if_plain_h(lock, h) => return false,
+            Some(m) if m != PLAIN => self.note_unusual(lock, h),
             _ => {}
         }
         // A key that existed whose last logged truth is this one (an HSET,
@@ -299,14 +326,14 @@ impl Live {
     /// hold it. If so, counts a truth skipped (main thread, server lock).
     /// Only for a key that existed before the command (see
     /// [`push_truth`](Self::push_truth)) and is now a plain string.
-    pub fn skip_if_plain(&self, key: &[u8]) -> bool {
-        self.skip_if_plain_h(super::filter::hash(key))
+    pub fn skip_if_plain(&self, lock: &ServerLock, key: &[u8]) -> bool {
+        self.skip_if_plain_h(lock, super::filter::hash(key))
     }
 
     /// [`skip_if_plain`](Self::skip_if_plain) for a key whose hash is `h`.
     #[inline]
-    pub fn skip_if_plain_h(&self, h: u64) -> bool {
-        if self.filter.load().may_contain_h(h) {
+    pub fn skip_if_plain_h(&self, lock: &ServerLock, h: u64) -> bool {
+        if self.with_filter(lock, |f| f.may_contain_h(h)) {
             return false;
         }
         // One writer at a time (the server lock): no locked add.
@@ -319,7 +346,7 @@ impl Live {
     /// filter (and to the one being rebuilt, first, so that a rebuild that
     /// swaps filters meanwhile cannot miss it); when the filter is full,
     /// asks the indexer for a rebuild from the index.
-    fn note_unusual(&self, h: u64) {
+    fn note_unusual(&self, lock: &ServerLock, h: u64) {
         // No rebuild requested, no filter being rebuilt: only this thread
         // requests one (below), and the indexer clears `next_filter`
         // before `rebuild_at`. A plain load spares a guarded one.
@@ -328,15 +355,17 @@ impl Live {
                 next.add_h(h);
             }
         }
-        let f = self.filter.load();
         // The filter in use is written by the server-lock holder only (a
         // rebuilt one is swapped in after the indexer is done with it).
-        f.add_sole_writer_h(h);
-        if f.is_full() && self.rebuild_at.load(Ordering::SeqCst) == 0 {
+        let (full, capacity) = self.with_filter(lock, |f| {
+            f.add_sole_writer_h(h);
+            (f.is_full(), f.capacity())
+        });
+        if full && self.rebuild_at.load(Ordering::SeqCst) == 0 {
             // Room for four times as many (each rebuild scans the whole
             // index), but no more than twice the index.
             let keys = self.published.load().total;
-            let cap = (f.capacity() * 4).min(keys.max(MIN_CAPACITY) * 2);
+            let cap = (capacity * 4).min(keys.max(MIN_CAPACITY) * 2);
             self.next_filter.store(Some(Arc::new(KeyFilter::new(cap))));
             self.rebuild_at
                 .store(self.pushed().max(1), Ordering::SeqCst);
@@ -377,6 +406,7 @@ impl Live {
         self.filter.store(next);
         self.filter_base.store(base, Ordering::Relaxed);
         self.filter_mask.store(mask, Ordering::Relaxed);
+        self.filter_gen.fetch_add(1, Ordering::SeqCst);
         self.next_filter.store(None);
         self.rebuild_at.store(0, Ordering::SeqCst);
     }
@@ -982,12 +1012,26 @@ mod tests {
         let meta = |t: u8| (t > 0).then(|| Meta::new(t - 1, None));
         let live = Live::new(2);
         for (db, k, t) in before {
-            live.push_truth(*db, k.as_bytes(), None, meta(*t), false, NOTHING);
+            live.push_truth(
+                &ServerLock::in_callback(),
+                *db,
+                (k.as_bytes(), None),
+                meta(*t),
+                false,
+                NOTHING,
+            );
         }
         let pushed = live.pushed();
         let (db, k, t) = now;
         assert_eq!(
-            live.push_truth(db, k.as_bytes(), None, meta(t), existed, NOTHING),
+            live.push_truth(
+                &ServerLock::in_callback(),
+                db,
+                (k.as_bytes(), None),
+                meta(t),
+                existed,
+                NOTHING
+            ),
             logged
         );
         assert_eq!(live.pushed(), pushed + logged as u64);
@@ -1004,10 +1048,31 @@ mod tests {
     fn whole_database_changes_forget_what_was_logged(#[case] op: Op) {
         let hash = Some(Meta::new(2, None));
         let live = Live::new(2);
-        assert!(live.push_truth(0, b"h", None, hash, false, NOTHING));
-        assert!(!live.push_truth(0, b"h", None, hash, true, NOTHING));
+        assert!(live.push_truth(
+            &ServerLock::in_callback(),
+            0,
+            (b"h", None),
+            hash,
+            false,
+            NOTHING
+        ));
+        assert!(!live.push_truth(
+            &ServerLock::in_callback(),
+            0,
+            (b"h", None),
+            hash,
+            true,
+            NOTHING
+        ));
         live.push(op, NOTHING);
-        assert!(live.push_truth(0, b"h", None, hash, true, NOTHING));
+        assert!(live.push_truth(
+            &ServerLock::in_callback(),
+            0,
+            (b"h", None),
+            hash,
+            true,
+            NOTHING
+        ));
         let ks = live.sync(live.pushed(), NOTHING);
         assert_eq!(ks.get(0, b"h"), hash);
     }
