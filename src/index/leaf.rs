@@ -542,7 +542,13 @@ impl Leaf {
                 }
             }
         }
-        self.restarts.truncate(cut);
+        if cut < self.restarts.len() {
+            // The entries at the points dropped are still stored whole, and a
+            // scan must not meet a whole entry that is not a restart point:
+            // re-encode the leaf (only ever a leaf of huge keys).
+            self.reindex();
+            return;
+        }
         if kept > 0 && kept < self.restarts.len() && self.restarts[kept - 1] == self.restarts[kept]
         {
             self.restarts.remove(kept);
@@ -854,7 +860,20 @@ impl Leaf {
         let mut starts = Vec::new();
         while off < self.buf.len() {
             starts.push(off as u16);
+            let prev = key.clone();
+            let shared = hdr(&self.buf, off).shared;
+            let at_restart = u16::try_from(off).is_ok_and(|o| self.restarts.contains(&o));
             off = step(&self.buf, off, &mut key).0;
+            // What `find` relies on: an entry that is not a restart point
+            // shares exactly its common prefix with the one before.
+            if !at_restart {
+                assert_eq!(
+                    shared,
+                    lcp(&prev, &key),
+                    "entry at {} mis-shared",
+                    starts.len()
+                );
+            }
         }
         for r in &self.restarts {
             assert!(starts.contains(r), "restart {r} not at an entry");
@@ -1108,7 +1127,6 @@ mod tests {
     #[case::duplicate(&[0, 10, 20], 30, 10, -10, &[0, 10])]
     #[case::past_the_end(&[0, 10, 20], 20, 10, 0, &[0, 10])]
     #[case::kept_past_the_end(&[0, 10], 10, 10, -5, &[0])]
-    #[case::past_u16(&[0, 10, 65530], 30, 5, 10, &[0, 20])]
     fn restarts_shift(
         #[case] restarts: &[u16],
         #[case] len: usize,
@@ -1119,6 +1137,40 @@ mod tests {
         let mut l = leaf_with_restarts(len, restarts);
         l.shift_restarts(from, delta);
         assert_eq!(&l.restarts[..], want);
+    }
+
+    /// An edit that moves a restart point past u16 offsets re-encodes the
+    /// leaf, so no whole entry is left that is not a restart point.
+    #[test]
+    fn restart_points_pushed_past_u16_are_re_encoded() {
+        let plain = Meta::new(STRING, None);
+        let huge = [b"b".as_slice(), &vec![b'x'; 65_300]].concat();
+        let mut keys: Vec<Vec<u8>> = vec![b"a".to_vec(), huge.clone()];
+        let mut l = Leaf::with(b"a", plain);
+        let put = |l: &mut Leaf, k: &[u8]| {
+            let p = l.find(k);
+            assert!(!p.found);
+            l.insert_at(&p, k, plain);
+        };
+        put(&mut l, &huge);
+        // Entries after the huge key, enough for a restart point past it.
+        for i in 0..40u32 {
+            let k = [huge.as_slice(), format!("{i:04}").as_bytes(), &[b'y'; 20]].concat();
+            put(&mut l, &k);
+            keys.push(k);
+        }
+        assert!(l.restarts.iter().any(|&o| o > 65_000), "{:?}", l.restarts);
+        // Grows the front of the leaf past what u16 offsets allow.
+        let wide = [b"a".as_slice(), &[b'z'; 600]].concat();
+        put(&mut l, &wide);
+        keys.push(wide);
+        l.check_restarts();
+        keys.sort();
+        for k in &keys {
+            assert!(l.find(k).found, "lost a key of {} bytes", k.len());
+        }
+        let got: Vec<Vec<u8>> = l.entries().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(got, keys);
     }
 
     #[derive(Debug, Clone)]
