@@ -42,10 +42,10 @@ impl<T> LockedCell<T> {
     /// Puts `value` in the cell and returns the previous one.
     #[inline]
     pub fn replace(&self, _lock: &ServerLock, value: T) -> T {
+        // No reference to the content outlives this call and nothing in it
+        // calls back into the server: no aliasing access on this thread.
         // SAFETY: the server lock is held (the token), so no other thread
-        // accesses the cell; no reference to its content outlives this call
-        // and nothing in it calls back into the server, so there is no
-        // aliasing access on this thread either.
+        // accesses the cell, and (above) nor does this one meanwhile.
         unsafe { std::ptr::replace(self.0.get(), value) }
     }
 }
