@@ -122,7 +122,7 @@ impl Module {
     }
 
     /// Skips the truth of a key that existed and is now a plain string when
-    /// the index already says so (see [`Live::skip_if_plain`]); `h` is the
+    /// the index already says so (see [`Live::skip_if_plain_h`]); `h` is the
     /// hash [`prefetch_truth`](Self::prefetch_truth) returned.
     #[inline]
     pub fn skip_if_plain_h(&self, lock: &crate::ffi::locked::ServerLock, h: u64) -> bool {

@@ -118,12 +118,14 @@ impl KeyFilter {
     /// Adds a key when no other thread writes this filter (the main thread
     /// and the filter in use): plain loads, and stores only for bits not
     /// set yet, so a key already there costs no write at all.
+    #[cfg(test)]
     pub fn add_sole_writer(&self, key: &[u8]) {
         self.add_sole_writer_h(hash(key))
     }
 
-    /// [`add_sole_writer`](Self::add_sole_writer) for a key whose [`hash`]
-    /// is `h`.
+    /// Adds the key whose [`hash`] is `h` when no other thread writes this
+    /// filter (the main thread and the filter in use): plain loads, and
+    /// stores only for bits not set yet.
     pub fn add_sole_writer_h(&self, h: u64) {
         let (Some(block), bits) = self.probes(h) else {
             return;
@@ -143,12 +145,13 @@ impl KeyFilter {
     }
 
     /// `false` only if `key` was never added.
+    #[cfg(test)]
     #[inline]
     pub fn may_contain(&self, key: &[u8]) -> bool {
         self.may_contain_h(hash(key))
     }
 
-    /// [`may_contain`](Self::may_contain) for a key whose [`hash`] is `h`.
+    /// `false` only if the key whose [`hash`] is `h` was never added.
     #[inline]
     pub fn may_contain_h(&self, h: u64) -> bool {
         let (Some(block), bits) = self.probes(h) else {

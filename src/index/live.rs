@@ -325,12 +325,8 @@ impl Live {
     /// not hold it: the filter of keys indexed as anything else does not
     /// hold it. If so, counts a truth skipped (main thread, server lock).
     /// Only for a key that existed before the command (see
-    /// [`push_truth`](Self::push_truth)) and is now a plain string.
-    pub fn skip_if_plain(&self, lock: &ServerLock, key: &[u8]) -> bool {
-        self.skip_if_plain_h(lock, super::filter::hash(key))
-    }
-
-    /// [`skip_if_plain`](Self::skip_if_plain) for a key whose hash is `h`.
+    /// [`push_truth`](Self::push_truth)) and is now a plain string; `h` is
+    /// its hash.
     #[inline]
     pub fn skip_if_plain_h(&self, lock: &ServerLock, h: u64) -> bool {
         if self.with_filter(lock, |f| f.may_contain_h(h)) {

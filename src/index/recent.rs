@@ -53,12 +53,14 @@ pub const SLOT_BYTES: usize = std::mem::size_of::<Option<Entry>>();
 impl Recent {
     /// Whether the last truth logged for `key` in `db` is known to be
     /// `truth`.
+    #[cfg(test)]
     #[inline]
     pub fn holds(&self, db: usize, key: &[u8], truth: Option<Meta>) -> bool {
         self.holds_h(db, super::filter::hash(key), key, truth)
     }
 
-    /// [`holds`](Self::holds) for a key whose hash is `h`.
+    /// Whether the last truth logged for `key` (whose hash is `h`) in `db`
+    /// is known to be `truth`.
     #[inline]
     pub fn holds_h(&self, db: usize, h: u64, key: &[u8], truth: Option<Meta>) -> bool {
         self.slots[slot_of(db, h)]
@@ -67,12 +69,14 @@ impl Recent {
     }
 
     /// Notes that `truth` was just logged for `key` in `db`.
+    #[cfg(test)]
     #[inline]
     pub fn logged(&mut self, db: usize, key: &Key, truth: Option<Meta>) {
         self.logged_h(db, super::filter::hash(key.as_bytes()), key, truth)
     }
 
-    /// [`logged`](Self::logged) for a key whose hash is `h`.
+    /// Notes that `truth` was just logged for `key` (whose hash is `h`) in
+    /// `db`.
     #[inline]
     pub fn logged_h(&mut self, db: usize, h: u64, key: &Key, truth: Option<Meta>) {
         self.slots[slot_of(db, h)] = Some(Entry {
