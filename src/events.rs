@@ -34,41 +34,52 @@ static PROBE: Mutex<Option<Detached>> = Mutex::new(None);
 /// A key whose "new" event was seen but not yet read: the command that
 /// created it fires its own event for the same key right after (a "set",
 /// an "hset"...), which reads it once instead of twice, and logs this very
-/// `Key` (no second copy of the name). Only DEBUG POPULATE fires "new"
-/// alone; a pending key is read when any other event arrives, and before
-/// anything reads the index ([`settle`]). Main thread (server lock) only:
-/// no mutex, no locked instruction per event.
-static PENDING_NEW: LockedCell<Option<(usize, Key)>> = LockedCell::new(None);
+/// `Key` (no second copy of the name) under the hash computed here (no
+/// second hash). Only DEBUG POPULATE fires "new" alone; a pending key is
+/// read when any other event arrives, and before anything reads the index
+/// ([`settle`]). Main thread (server lock) only: no mutex, no locked
+/// instruction per event.
+struct Pending {
+    db: usize,
+    key: Key,
+    hash: u64,
+}
+
+static PENDING_NEW: LockedCell<Option<Pending>> = LockedCell::new(None);
 
 /// Reads the pending new key, if any, in every database (a SWAPDB or a
 /// flush may have happened since its event). Call it under the server lock
 /// only (command handlers, INFO, server events).
 pub fn settle() {
     let pending = PENDING_NEW.take(&ServerLock::in_callback());
-    if let (Some((_, key)), Some(m)) = (pending, state::try_get()) {
-        refresh_everywhere(m, key.as_bytes());
+    if let (Some(p), Some(m)) = (pending, state::try_get()) {
+        refresh_everywhere(m, p.key.as_bytes());
     }
 }
 
-/// Reads the pending new key in its database unless `db`/`name` is that
-/// key (whose event is about to read it anyway). Returns the pending key
-/// when it was that one: the key did not exist before the command that
-/// fired the event, and its truth is logged under this `Key`.
-fn settle_unless(lock: &ServerLock, m: &Module, db: usize, name: &[u8]) -> Option<Key> {
-    let (pdb, pkey) = PENDING_NEW.take(lock)?;
-    if pdb == db && pkey.as_bytes() == name {
-        return Some(pkey);
+/// Takes the pending new key. If it is `name` in `db` (whose event is about
+/// to read it anyway), returns it with its hash: the key did not exist
+/// before the command that fired the event. Otherwise reads the pending key
+/// in its database, and returns `name`'s hash, its filter block and
+/// recent-truth slot prefetched (see [`Module::prefetch_truth`]).
+fn claim_pending(lock: &ServerLock, m: &Module, db: usize, name: &[u8]) -> (Option<Key>, u64) {
+    let Some(p) = PENDING_NEW.take(lock) else {
+        return (None, m.prefetch_truth(db, name));
+    };
+    if p.db == db && p.key.as_bytes() == name {
+        return (Some(p.key), p.hash);
     }
+    let hash = m.prefetch_truth(db, name);
     let guard = PROBE.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(probe) = guard.as_ref() {
         let ctx = probe.ctx();
-        if let Some(n) = ffi::OwnedString::new(ctx, pkey.as_bytes()) {
-            if ffi::select_db(ctx, pdb) {
-                apply(m, pdb, pkey.as_bytes(), keys::probe(ctx, n.ptr()));
+        if let Some(n) = ffi::OwnedString::new(ctx, p.key.as_bytes()) {
+            if ffi::select_db(ctx, p.db) {
+                apply(m, p.db, p.key.as_bytes(), keys::probe(ctx, n.ptr()));
             }
         }
     }
-    None
+    (None, hash)
 }
 
 /// Subscribes to notifications and server events.
@@ -232,33 +243,34 @@ pub fn to_meta(found: keys::Found, names: &mut TypeNames) -> Meta {
 /// Records what the server says about `key` in `db` (`found`). The module
 /// type names are locked only for keys of module types.
 pub fn apply(m: &Module, db: usize, key: &[u8], found: Option<keys::Found>) {
-    record(m, db, key, found, None, false);
+    let hash = crate::index::filter::hash(key);
+    record(m, db, (key, None), hash, found, false);
 }
 
-/// [`apply`] for a key that existed before the command that fired the
-/// event: its truth is not even logged when it cannot change the index
-/// (see `Live::push_truth`). `owned`: `key` already copied, to be logged
-/// as is.
+/// [`apply`] for a key whose hash is `hash`, and which existed before the
+/// command that fired the event (`existed`): its truth is not even logged
+/// when it cannot change the index (see `Live::push_truth`). `owned`: the
+/// key already copied, to be logged as is.
 fn record(
     m: &Module,
     db: usize,
-    key: &[u8],
+    key: (&[u8], Option<Key>),
+    hash: u64,
     found: Option<keys::Found>,
-    owned: Option<Key>,
     existed: bool,
 ) {
     let truth = found.map(|f| match f.kind {
         keys::Kind::Builtin(t) => Meta::new(t, f.expire),
         keys::Kind::Named(_) => to_meta(f, &mut m.type_names()),
     });
-    m.push_truth(db, key, owned, truth, existed);
+    m.push_truth(db, key, hash, truth, existed);
 }
 
-/// Logs that the key `name` (copied as `key`) in `db`, which the running
-/// command created, is a string without expiry.
-fn record_plain(m: &Module, db: usize, name: &[u8], key: Key) {
+/// Logs that the key `name` (copied as `key`, hashed as `hash`) in `db`,
+/// which the running command created, is a string without expiry.
+fn record_plain(m: &Module, db: usize, (name, key): (&[u8], Key), hash: u64) {
     let plain = Meta::plain(crate::index::meta::STRING);
-    m.push_truth(db, name, Some(key), Some(plain), false);
+    m.push_truth(db, (name, Some(key)), hash, Some(plain), false);
 }
 
 /// Re-reads `key` in every database through the probe context (MOVE and
@@ -293,13 +305,39 @@ extern "C" fn on_keyspace_event(
         m.stats.events.store(n + 1, Ordering::Relaxed);
         let db = ffi::selected_db(ctx);
         let name = ffi::string_bytes(key);
-        // The filter block and the recent-truth slot this key's record will
-        // read: their cache misses overlap the work below.
-        let hash = m.prefetch_truth(db, name);
         // A deletion the `Key` event just logged (see unlink.rs); taken by
         // every notification, so it never outlives the pair.
         let gone = crate::unlink::take_gone(&lock, db, name);
-        let event = event_name(event);
+        if type_ & raw::REDISMODULE_NOTIFY_LOADED != 0 {
+            // RDB loading: no execution units, and the name may live on the
+            // server's stack; read the key now through a heap copy.
+            m.watches.bump(db, name);
+            if crate::replication::async_loading() {
+                return; // a temporary database's key (see replication.rs)
+            }
+            return apply(m, db, name, keys::probe_copy(ctx, key));
+        }
+        let new = type_ & raw::REDISMODULE_NOTIFY_NEW != 0;
+        let event: &[u8] = if new { b"new" } else { event_name(event) };
+        // Gone, whatever the server still shows: these are fired just
+        // before the key is unlinked on some servers. (By name: field
+        // events such as "hexpired" share the EXPIRED class on some servers
+        // but leave the key in place.)
+        let deleted = !new && matches!(event, b"del" | b"expired" | b"evicted");
+        if deleted && gone {
+            // Logged by the `Key` event of the same deletion: nothing to
+            // read or log (a pending new key waits for the next event).
+            return m.watches.bump(db, name);
+        }
+        // The key's hash; its filter block and recent-truth slot, which its
+        // record will read, are being fetched meanwhile.
+        let (created, hash) = claim_pending(&lock, m, db, name);
+        if new {
+            m.watches.bump(db, name);
+            let key = created.unwrap_or_else(|| Key::new(name));
+            PENDING_NEW.replace(&lock, Some(Pending { db, key, hash }));
+            return;
+        }
         if matches!(event, b"move_from" | b"move_to" | b"copy_to") {
             // Fired from the caller's database on some servers: any copy of
             // a hash with this name may be stale.
@@ -307,25 +345,8 @@ extern "C" fn on_keyspace_event(
         } else {
             m.watches.bump(db, name);
         }
-        if type_ & raw::REDISMODULE_NOTIFY_LOADED != 0 {
-            // RDB loading: no execution units, and the name may live on the
-            // server's stack; read the key now through a heap copy.
-            if crate::replication::async_loading() {
-                return; // a temporary database's key (see replication.rs)
-            }
-            return apply(m, db, name, keys::probe_copy(ctx, key));
-        }
-        let created = settle_unless(&lock, m, db, name);
         match event {
-            b"new" => {
-                let key = created.unwrap_or_else(|| Key::new(name));
-                PENDING_NEW.replace(&lock, Some((db, key)));
-            }
-            // Gone, whatever the server still shows: these are fired just
-            // before the key is unlinked on some servers. (By name: field
-            // events such as "hexpired" share the EXPIRED class on some
-            // servers but leave the key in place.)
-            b"del" | b"expired" | b"evicted" => crate::unlink::log_gone(&lock, m, db, name, gone),
+            _ if deleted => crate::unlink::log_gone(&lock, m, db, name, gone),
             b"move_from" | b"move_to" | b"copy_to" => refresh_everywhere(m, name),
             // A string SET: the key is now a string. Its expiry is none,
             // or kept (KEEPTTL), or set by the "expire" event that the SET
@@ -333,13 +354,14 @@ extern "C" fn on_keyspace_event(
             // command created is a string without expiry here, and one that
             // was such a string stays one. Neither needs reading.
             b"set" if type_ == raw::REDISMODULE_NOTIFY_STRING as c_int => match created {
-                Some(k) => record_plain(m, db, name, k),
+                Some(k) => record_plain(m, db, (name, k), hash),
                 None if m.skip_if_plain_h(&lock, hash) => {}
-                None => record(m, db, name, keys::probe(ctx, key), None, true),
+                None => record(m, db, (name, None), hash, keys::probe(ctx, key), true),
             },
             _ => {
                 let existed = created.is_none();
-                record(m, db, name, keys::probe(ctx, key), created, existed)
+                let found = keys::probe(ctx, key);
+                record(m, db, (name, created), hash, found, existed)
             }
         }
     });

@@ -102,13 +102,14 @@ impl Module {
         self.live.prefetch(db, key)
     }
 
-    /// Records the truth about a key (main thread), unless it cannot change
-    /// the index (see [`Live::push_truth`]).
+    /// Records the truth about a key whose hash is `hash` (main thread),
+    /// unless it cannot change the index (see [`Live::push_truth`]).
+    #[inline]
     pub fn push_truth(
         &self,
         db: usize,
-        key: &[u8],
-        owned: Option<crate::index::Key>,
+        key: (&[u8], Option<crate::index::Key>),
+        hash: u64,
         truth: Option<crate::index::Meta>,
         existed: bool,
     ) -> bool {
@@ -116,7 +117,7 @@ impl Module {
         // thread under the server lock.
         let lock = crate::ffi::locked::ServerLock::in_callback();
         self.live
-            .push_truth(&lock, db, (key, owned), truth, existed, &|maps| {
+            .push_truth(&lock, db, (key.0, key.1, hash), truth, existed, &|maps| {
                 self.dispose_maps(maps)
             })
     }

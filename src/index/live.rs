@@ -291,17 +291,19 @@ impl Live {
     /// expiry, and the filter of keys indexed as anything else does not
     /// hold it, so the index already says exactly that. Returns whether
     /// the truth was logged. `key`: the name, and its copy if the caller
-    /// already made one (logged as is).
+    /// already made one (logged as is), and its
+    /// [`hash`](super::filter::hash).
+    #[inline]
     pub fn push_truth(
         &self,
         lock: &ServerLock,
         db: usize,
-        (key, owned): (&[u8], Option<Key>),
+        (key, owned, h): (&[u8], Option<Key>, u64),
         truth: Option<Meta>,
         existed: bool,
         dispose: Dispose,
     ) -> bool {
-        let h = super::filter::hash(key);
+        debug_assert_eq!(h, super::filter::hash(key));
         match truth {
             Some(m) if m == PLAIN && existed && self.skip_if_plain_h(lock, h) => return false,
             Some(m) if m != PLAIN => self.note_unusual(lock, h),
@@ -1011,7 +1013,7 @@ mod tests {
             live.push_truth(
                 &ServerLock::in_callback(),
                 *db,
-                (k.as_bytes(), None),
+                (k.as_bytes(), None, crate::index::filter::hash(k.as_bytes())),
                 meta(*t),
                 false,
                 NOTHING,
@@ -1023,7 +1025,7 @@ mod tests {
             live.push_truth(
                 &ServerLock::in_callback(),
                 db,
-                (k.as_bytes(), None),
+                (k.as_bytes(), None, crate::index::filter::hash(k.as_bytes())),
                 meta(t),
                 existed,
                 NOTHING
@@ -1047,7 +1049,7 @@ mod tests {
         assert!(live.push_truth(
             &ServerLock::in_callback(),
             0,
-            (b"h", None),
+            (b"h", None, crate::index::filter::hash(b"h")),
             hash,
             false,
             NOTHING
@@ -1055,7 +1057,7 @@ mod tests {
         assert!(!live.push_truth(
             &ServerLock::in_callback(),
             0,
-            (b"h", None),
+            (b"h", None, crate::index::filter::hash(b"h")),
             hash,
             true,
             NOTHING
@@ -1064,7 +1066,7 @@ mod tests {
         assert!(live.push_truth(
             &ServerLock::in_callback(),
             0,
-            (b"h", None),
+            (b"h", None, crate::index::filter::hash(b"h")),
             hash,
             true,
             NOTHING
