@@ -558,7 +558,9 @@ impl Live {
                 .saturating_sub(self.applied.load(Ordering::SeqCst))
                 .clamp(1, SMALL_BATCH as u64) as usize;
             if self.apply_batch(&mut ks, want, dispose) == 0 {
-                return Some(ks.snapshot(req.db, req.at_ms));
+                // As in `take_step`: never registered; serve the present,
+                // through the request's slot filter like any cut.
+                return Some(ks.snapshot_with(req.db, req.at_ms, req.slots.clone()));
             }
             if Instant::now() >= deadline {
                 return None;
