@@ -41,6 +41,11 @@ pub static HASH_MEMORY_LIMIT: AtomicI64 = AtomicI64::new(256 << 20);
 /// `snapshot.unlink-batch`: keys SNAPSHOT.UNLINK deletes per slice at most.
 pub use crate::commands::unlink::UNLINK_BATCH;
 
+/// `snapshot.index-idle-timeout`: seconds without a SNAPSHOT.SCAN or
+/// SNAPSHOT.UNLINK call after which the index is dropped until the next
+/// one (see `idle`); 0 keeps it always.
+pub static INDEX_IDLE_TIMEOUT: AtomicI64 = AtomicI64::new(0);
+
 /// `snapshot.max-retained-bytes`: bytes of index nodes that old versions
 /// (kept by open SNAPSHOT.SCAN iterations) may hold; 0 = unbounded.
 pub static MAX_RETAINED_BYTES: AtomicI64 = AtomicI64::new(1 << 30);
@@ -151,6 +156,7 @@ pub static CONFIGS: &[Spec] = &[
         0,
         i64::MAX,
     ),
+    int("index-idle-timeout", &INDEX_IDLE_TIMEOUT, 0, 0, 31_536_000),
 ];
 
 /// The prefix of every config name (the module's name).

@@ -47,6 +47,11 @@ struct Pending {
 
 static PENDING_NEW: LockedCell<Option<Pending>> = LockedCell::new(None);
 
+/// Forgets the pending new key (the index is being dropped).
+pub fn forget_pending(lock: &ServerLock) {
+    PENDING_NEW.take(lock);
+}
+
 /// Reads the pending new key, if any, in every database (a SWAPDB or a
 /// flush may have happened since its event). Call it under the server lock
 /// only (command handlers, INFO, server events).
@@ -174,7 +179,12 @@ extern "C" fn on_cron(
     _subevent: u64,
     _data: *mut c_void,
 ) {
-    guarded(ctx, "cron", || crate::cluster::on_cron(ctx));
+    guarded(ctx, "cron", || {
+        crate::cluster::on_cron(ctx);
+        if let Some(m) = state::try_get() {
+            crate::idle::on_cron(ctx, m);
+        }
+    });
 }
 
 extern "C" fn on_key_unlinked(
@@ -300,6 +310,14 @@ extern "C" fn on_keyspace_event(
     guarded(ctx, "keyspace event", || {
         let lock = ServerLock::in_callback();
         let Some(m) = state::try_get() else { return };
+        if crate::idle::dropped(&lock) {
+            // No index to keep: only running copies and deletions watch
+            // keys (any database: the cheapest name-only bump).
+            if m.watches.any() {
+                m.watches.bump_moved(ffi::string_bytes(key));
+            }
+            return;
+        }
         // Only callbacks under the server lock count this: no locked add.
         let n = m.stats.events.load(Ordering::Relaxed);
         m.stats.events.store(n + 1, Ordering::Relaxed);
@@ -440,10 +458,13 @@ extern "C" fn on_loading(
             raw::REDISMODULE_SUBEVENT_LOADING_FAILED if crate::replication::owns_failed_load() => {}
             raw::REDISMODULE_SUBEVENT_LOADING_FAILED => {
                 // Whatever is in memory now is the truth: forget what the
-                // partial load indexed and rebuild from memory.
+                // partial load indexed and rebuild from memory (unless the
+                // index is dropped: its next use rebuilds it).
                 m.push(Op::FlushAll);
                 m.watches.bump_all();
-                backfill::start(ctx);
+                if !crate::idle::dropped(&ServerLock::in_callback()) {
+                    backfill::start(ctx);
+                }
             }
             _ => {}
         }

@@ -112,6 +112,9 @@ fn fill(ctx: InfoCtx) {
     for (name, v) in crate::commands::hscan::info_figures(m) {
         field(ctx, name, v);
     }
+    let dropped = crate::idle::dropped(&crate::ffi::locked::ServerLock::in_callback());
+    field(ctx, "index_dropped", dropped as u64);
+    field(ctx, "index_drops", crate::idle::drops());
     let p = backfill::progress();
     field(ctx, "backfill_in_progress", p.running as u64);
     let pct = if p.running {

@@ -14,6 +14,7 @@ pub mod events;
 pub mod ffi;
 pub mod glob;
 pub mod hash;
+pub mod idle;
 pub mod index;
 #[cfg_attr(test, allow(dead_code))]
 mod info;

@@ -70,7 +70,10 @@ pub fn on_async_load(ctx: Ctx, subevent: u64) {
             );
             m.watches.bump_all();
             m.push(Op::FlushAll);
-            backfill::start(ctx);
+            // A dropped index is rebuilt at its next use instead.
+            if !crate::idle::dropped(&crate::ffi::locked::ServerLock::in_callback()) {
+                backfill::start(ctx);
+            }
         }
         raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_ABORTED => {
             ffi::log(

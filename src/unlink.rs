@@ -19,6 +19,11 @@ use redis_module::raw;
 /// Main-thread (server lock) state: no mutex, no locked instruction.
 static LAST_GONE: LockedCell<Option<(usize, Key)>> = LockedCell::new(None);
 
+/// Forgets the remembered deletion (the index is being dropped).
+pub fn forget_gone(lock: &ServerLock) {
+    LAST_GONE.take(lock);
+}
+
 /// Takes the remembered deletion; whether it was `name` in `db`.
 pub fn take_gone(lock: &ServerLock, db: usize, name: &[u8]) -> bool {
     LAST_GONE
@@ -51,6 +56,9 @@ pub fn on_key_unlinked(subevent: u64, db: usize, name: &[u8]) {
     }
     let Some(m) = state::try_get() else { return };
     let lock = ServerLock::in_callback();
+    if crate::idle::dropped(&lock) {
+        return m.watches.bump(db, name); // no index to keep
+    }
     let already = take_gone(&lock, db, name);
     m.watches.bump(db, name);
     match subevent {

@@ -72,7 +72,11 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     let m = state::try_get().ok_or_else(|| CmdError::msg("ERR snapscan is not initialised"))?;
     state::ensure_threads(m);
     crate::events::settle();
-    index_ready()?;
+    // Only opening needs the index: a continuation reads its snapshot.
+    crate::idle::in_use(ctx, m, cursor == 0);
+    if cursor == 0 {
+        index_ready()?;
+    }
     let type_filter = match opts.type_name {
         None => None,
         Some(t) => Some(m.type_names().lookup(t).ok_or_else(|| {

@@ -1,0 +1,92 @@
+//! Dropping the index while nobody scans (`snapshot.index-idle-timeout`).
+//!
+//! With a timeout of `n` seconds (0, the default, keeps the index always),
+//! the index is dropped once no SNAPSHOT.SCAN or SNAPSHOT.UNLINK call has
+//! come for `n` seconds and no build is running: its memory is freed, and
+//! a notification then costs one check of a flag (plus the bookkeeping of
+//! running SNAPSHOT.HSCAN copies and deletions, which never needed the
+//! index). The next SNAPSHOT.SCAN or SNAPSHOT.UNLINK rebuilds it from the
+//! keyspace exactly as after MODULE LOAD (`backfill`): it and the calls
+//! after it answer `LOADING` with the progress until the build is done.
+//! Open iterations are not affected: each reads its own snapshot, which the
+//! drop does not touch.
+//!
+//! Locking: the state is read and written only under the server lock (cron
+//! ticks, notifications and command handlers on the main thread), so it
+//! lives in [`LockedCell`]s; the counter INFO prints is an atomic.
+
+use crate::config;
+use crate::ffi::locked::{LockedCell, ServerLock};
+use crate::ffi::Ctx;
+use crate::index::Op;
+use crate::state::Module;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Whether the index is dropped (not maintained) right now.
+static DROPPED: LockedCell<bool> = LockedCell::new(false);
+/// Monotonic ms of the last SNAPSHOT.SCAN/UNLINK call (or of the load).
+static LAST_USE_MS: LockedCell<u64> = LockedCell::new(0);
+/// Times the index was dropped.
+static DROPS: AtomicU64 = AtomicU64::new(0);
+
+/// Whether the index is dropped: notifications skip everything but the
+/// bookkeeping of running copies and deletions.
+#[inline]
+pub fn dropped(lock: &ServerLock) -> bool {
+    DROPPED.get(lock)
+}
+
+/// Times the index was dropped since the module loaded.
+pub fn drops() -> u64 {
+    DROPS.load(Ordering::Relaxed)
+}
+
+/// A SNAPSHOT.SCAN or SNAPSHOT.UNLINK call: the index is in use. If it
+/// was dropped and the call needs it (`opening` a snapshot), its rebuild
+/// starts here.
+pub fn in_use(ctx: Ctx, m: &Module, opening: bool) {
+    let lock = ServerLock::in_callback();
+    LAST_USE_MS.replace(&lock, m.mono_ms());
+    if opening && DROPPED.get(&lock) {
+        rebuild(&lock, ctx, m);
+    }
+}
+
+/// A server cron tick: drops the index if it has been idle long enough,
+/// or rebuilds it if the timeout was set back to 0 meanwhile.
+pub fn on_cron(ctx: Ctx, m: &Module) {
+    let lock = ServerLock::in_callback();
+    let timeout_ms = config::get(&config::INDEX_IDLE_TIMEOUT) as u64 * 1000;
+    if DROPPED.get(&lock) {
+        if timeout_ms == 0 {
+            rebuild(&lock, ctx, m);
+        }
+        return;
+    }
+    let idle_ms = m.mono_ms().saturating_sub(LAST_USE_MS.get(&lock));
+    if timeout_ms == 0 || idle_ms < timeout_ms || crate::backfill::progress().running {
+        return;
+    }
+    DROPPED.replace(&lock, true);
+    DROPS.fetch_add(1, Ordering::Relaxed);
+    // What the notifications kept between two events of one command
+    // belongs to the index: forgotten with it.
+    crate::events::forget_pending(&lock);
+    crate::unlink::forget_gone(&lock);
+    // The indexer frees the trees (open iterations keep their snapshots).
+    m.push(Op::FlushAll);
+    crate::ffi::log(
+        ctx,
+        "notice",
+        "snapscan: no scan for snapshot.index-idle-timeout seconds: index dropped until the next SNAPSHOT.SCAN",
+    );
+}
+
+fn rebuild(lock: &ServerLock, ctx: Ctx, m: &Module) {
+    DROPPED.replace(lock, false);
+    LAST_USE_MS.replace(lock, m.mono_ms());
+    crate::ffi::log(ctx, "notice", "snapscan: rebuilding the index");
+    if crate::backfill::needed(ctx, m.databases) {
+        crate::backfill::start(ctx);
+    }
+}
