@@ -1,11 +1,14 @@
-"""Scenario 6, write cost (issue 9): server CPU per write with three arms on the
+"""Scenario 6, write cost (issue 9): server CPU per write with four arms on the
 same server binary, each a server of its own holding the same keys:
 
 - none: no module;
 - noop: a no-op subscriber (scripts/bench/noop_module.c, compiled here): the
   same keyspace events (NOTIFY_ALL | LOADED | NEW) and server events (FlushDB,
   SwapDB, Loading) as snapscan, callbacks that return at once;
-- snapscan: target/release/libsnapscan.so (or SNAPSCAN_MODULE).
+- snapscan: target/release/libsnapscan.so (or SNAPSCAN_MODULE);
+- idle: the same with `snapshot.index-idle-timeout 1`, measured after its index
+  was dropped for want of scans (informative: what an operator who scans rarely
+  pays between scans).
 
 Workloads (sclient write mode, 4 connections, pipelined 16 deep; keys are a
 seeded permutation, the same on every arm, so every SET of a new key creates
@@ -36,7 +39,10 @@ NAME = "writes"
 SC = "6-writes"
 VALUE = "x" * 16
 SLICES = 6  # slices per arm and workload in a round, interleaved across the arms
-ARMS = ["none", "noop", "snapscan"]
+ARMS = ["none", "noop", "snapscan", "idle"]
+# "idle": snapscan with `snapshot.index-idle-timeout 1` (set once its keys are
+# loaded and indexed), measured once its index was dropped for want of scans
+# (README, "Dropping the index while nobody scans").
 WORKLOADS = ["SET existing", "SET new", "HSET", "EXPIRE", "DEL"]
 TARGETS = [  # (metric, arm ratio, thread group, threshold)
     ("snapscan/noop all threads", ("snapscan", "noop"), "all", 1.15),
@@ -101,6 +107,14 @@ def load(ctx, s, n_keys):
         raise RuntimeError(f"loaded {n} of {n_keys} keys")
     if s.module:
         s.wait_index(900)
+    if s.label == "idle":
+        import time
+        s.r.execute_command("CONFIG", "SET", "snapshot.index-idle-timeout", "1")
+        deadline = time.time() + 120
+        while int(s.snap_info().get("index_dropped", 0)) != 1:
+            if time.time() > deadline:
+                raise RuntimeError("idle arm: the index was not dropped within 120 s")
+            time.sleep(0.1)
     return t
 
 
@@ -110,6 +124,7 @@ def measure_size(ctx, n_keys, n_req, rounds, noop):
         "none": ctx.server(module=False, label="none"),
         "noop": ctx.server(module=False, load=noop, label="noop"),
         "snapscan": ctx.server(module=True, label="snapscan"),
+        "idle": ctx.server(module=True, label="idle"),
     }
     size = f"{n_keys // 1_000_000}M"
     try:
@@ -131,7 +146,7 @@ def measure_size(ctx, n_keys, n_req, rounds, noop):
                 for j in range(SLICES):
                     first = j * step
                     count = min(step, n_req - first)
-                    k = (rnd + j) % 3
+                    k = (rnd + j) % len(ARMS)
                     for arm in ARMS[k:] + ARMS[:k]:
                         s = servers[arm]
                         b = s.task_cpu()
@@ -169,7 +184,7 @@ def measure_size(ctx, n_keys, n_req, rounds, noop):
         log(f"  {'':13s} {'':>11s} {'':>11s} {'':>11s}  {'':24s} {'<= 1.15':>10s} "
             f"{'<= 1.35':>10s} {'<= 1.08':>10s}")
         for w in WORKLOADS:
-            cells = [f"{med[(w, a)]['all']:.2f}/{med[(w, a)]['main']:.2f}" for a in ARMS]
+            cells = [f"{med[(w, a)]['all']:.2f}/{med[(w, a)]['main']:.2f}" for a in ARMS[:3]]
             sm = med[(w, "snapscan")]
             thr = " ".join(f"{thread_label(g)} {v:.2f}" for g, v in sorted(sm.items())
                            if g.startswith("snapscan") and v >= 0.005)
@@ -186,6 +201,14 @@ def measure_size(ctx, n_keys, n_req, rounds, noop):
         tp = ", ".join(f"{w} {med[(w, 'snapscan')]['ops_per_s'] / med[(w, 'none')]['ops_per_s']:.2f}"
                        for w in WORKLOADS)
         log(f"  throughput snapscan/none (client side, informative): {tp}")
+        idle = ", ".join(f"{w} {ratio(per, w, 'idle', 'noop', 'all')[0]:.2f}/"
+                         f"{ratio(per, w, 'idle', 'noop', 'main')[0]:.2f}" for w in WORKLOADS)
+        log(f"  index dropped while nobody scans (index-idle-timeout), snapscan/no-op all/main "
+            f"threads: {idle}")
+        for w in WORKLOADS:
+            for g in ("all", "main"):
+                res.record(SC, f"idle_over_noop_{g}_threads", ratio(per, w, "idle", "noop", g)[0],
+                           "x", variant=f"{size} {w}")
         np = ", ".join(f"{w} {ratio(per, w, 'noop', 'none', 'all')[0]:.2f}" for w in WORKLOADS)
         log(f"  no-op/none all threads (the floor): {np}")
         for w in WORKLOADS:
