@@ -153,10 +153,13 @@ fn match_is_the_servers_glob(#[case] pattern: &[u8]) {
 fn missing_key_wrongtype_and_argument_errors() {
     let server = Server::start();
     let mut con = server.client();
-    assert_eq!(
-        page(&mut con, CMD, "nosuch", "0", &[]),
-        ("0".to_string(), vec![])
-    );
+    for opts in [&[][..], &["COUNT", "0"], &["NOSCORES"], &["BOGUS"]] {
+        assert_eq!(
+            page(&mut con, CMD, "nosuch", "0", opts),
+            ("0".to_string(), vec![]),
+            "{opts:?}"
+        );
+    }
     let _: () = query(&mut con, &["SET", "str", "x"]).unwrap();
     let _: i64 = query(&mut con, &["HSET", "h", "f", "v"]).unwrap();
     let _: i64 = query(&mut con, &["ZADD", "z", "1", "m"]).unwrap();
@@ -170,13 +173,19 @@ fn missing_key_wrongtype_and_argument_errors() {
             "ERR wrong number of arguments for 'snapshot.sscan' command",
         ),
         (&[CMD, "s", "x"], "ERR invalid cursor"),
-        (&[CMD, "s", "0", "NOVALUES"], "ERR syntax error"),
-        (&[CMD, "s", "0", "NOSCORES"], "ERR syntax error"),
-        (&[CMD, "s", "0", "TYPE", "set"], "ERR syntax error"),
         (
-            &[CMD, "s", "0", "COUNT", "0"],
-            "ERR syntax error, COUNT must be >= 1",
+            &[CMD, "s", "0", "NOVALUES"],
+            "ERR NOVALUES option can only be used in HSCAN",
         ),
+        (
+            &[CMD, "s", "0", "NOSCORES"],
+            "ERR NOSCORES option can only be used in ZSCAN",
+        ),
+        (&[CMD, "s", "0", "TYPE", "set"], "ERR syntax error"),
+        (&[CMD, "s", "0", "COUNT", "0"], "ERR syntax error"),
+        // The key before the options, as natively.
+        (&[CMD, "z", "0", "COUNT", "0"], WRONGTYPE),
+        (&[CMD, "str", "0", "NOSCORES"], WRONGTYPE),
         (
             &[CMD, "s", "0", "COUNT", "x"],
             "ERR value is not an integer or out of range",
