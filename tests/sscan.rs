@@ -309,3 +309,77 @@ fn the_collection_memory_limit_covers_sets() {
     let got = finish_from(&mut con, CMD, "s", "0", &["COUNT", "500"], 1, |_| {});
     assert_same(&to_elems(&got, 1), &truth, "under the raised limit");
 }
+
+/// One `SNAPSHOT.SCAN cursor COUNT 1` page: its next cursor.
+fn scan_next(con: &mut redis::Connection, cursor: &str) -> String {
+    let (next, _): (String, Vec<Bytes>) = redis::cmd("SNAPSHOT.SCAN")
+        .arg(cursor)
+        .arg("COUNT")
+        .arg(1)
+        .query(con)
+        .unwrap_or_else(|e| panic!("SNAPSHOT.SCAN {cursor}: {}", err_text(&e)));
+    next
+}
+
+fn info_u64(con: &mut redis::Connection, name: &str) -> u64 {
+    let info = cmd_str(con, &["INFO", "snapshot"]);
+    info_field(&info, name)
+        .unwrap_or_else(|| panic!("no {name} in INFO"))
+        .parse()
+        .expect("a number")
+}
+
+/// README: open iterations of SNAPSHOT.HSCAN, SSCAN and ZSCAN share one pool
+/// of `snapshot.max-open-cursors`, separate from SNAPSHOT.SCAN's. At a limit
+/// of 2, a third collection iteration ends the oldest collection one, and
+/// neither kind of iteration ends the other's.
+#[test]
+fn the_collection_commands_share_one_cursor_pool_apart_from_scan() {
+    let server = Server::start();
+    let mut con = server.client();
+    let _: () = query(
+        &mut con,
+        &["CONFIG", "SET", "snapshot.max-open-cursors", "2"],
+    )
+    .unwrap();
+    let _: i64 = query(&mut con, &["HSET", "h", "a", "1", "b", "2", "c", "3"]).unwrap();
+    let _: i64 = query(&mut con, &["SADD", "s", "a", "b", "c"]).unwrap();
+    let _: i64 = query(&mut con, &["ZADD", "z", "1", "a", "2", "b", "3", "c"]).unwrap();
+    // SNAPSHOT.SCAN's pool full.
+    let k1 = scan_next(&mut con, "0");
+    let k2 = scan_next(&mut con, "0");
+    // Three collection iterations, one per command: the first one ends.
+    let (hc, _) = page(&mut con, "SNAPSHOT.HSCAN", "h", "0", &["COUNT", "1"]);
+    let (sc, _) = page(&mut con, CMD, "s", "0", &["COUNT", "1"]);
+    let (zc, _) = page(&mut con, "SNAPSHOT.ZSCAN", "z", "0", &["COUNT", "1"]);
+    assert!(![&k1, &k2, &hc, &sc, &zc].contains(&&"0".to_string()));
+    assert_eq!(info_u64(&mut con, "snapshot_hash_cursors_open"), 2);
+    assert_eq!(info_u64(&mut con, "snapshot_open_snapshots"), 2);
+    assert_eq!(
+        expect_err(&mut con, &["SNAPSHOT.HSCAN", "h", &hc]),
+        format!(
+            "ERR cursor {hc} is unknown, already used or expired; restart the scan from cursor 0"
+        )
+    );
+    // The collection iterations ended no SNAPSHOT.SCAN one...
+    let k1 = scan_next(&mut con, &k1);
+    let k2 = scan_next(&mut con, &k2);
+    assert!(k1 != "0" && k2 != "0");
+    // ...and three more SNAPSHOT.SCAN iterations end no collection one.
+    for _ in 0..3 {
+        scan_next(&mut con, "0");
+    }
+    assert_eq!(info_u64(&mut con, "snapshot_open_snapshots"), 2);
+    let rest = finish_from(&mut con, CMD, "s", &sc, &["COUNT", "1"], 1, |_| {});
+    assert_eq!(rest.len(), 2, "the rest of the set");
+    let rest = finish_from(
+        &mut con,
+        "SNAPSHOT.ZSCAN",
+        "z",
+        &zc,
+        &["COUNT", "1"],
+        2,
+        |_| {},
+    );
+    assert_eq!(rest.len(), 4, "the rest of the sorted set, with scores");
+}
