@@ -1047,6 +1047,45 @@ fn collection_errors_in_the_native_order(#[case] args: &[&str]) {
     assert_eq!(info_u64(&mut con, "snapshot_hash_cursors_open"), 0);
 }
 
+/// README: a non-zero cursor's options are checked before the cursor, so a
+/// malformed call does not use it up (whatever the key holds now).
+#[rstest]
+#[case::hscan("SNAPSHOT.HSCAN", &["HSET", "c", "a", "1", "b", "2", "c", "3"], 2)]
+#[case::sscan("SNAPSHOT.SSCAN", &["SADD", "c", "a", "b", "c"], 1)]
+#[case::zscan("SNAPSHOT.ZSCAN", &["ZADD", "c", "1", "a", "2", "b", "3", "c"], 2)]
+fn a_malformed_continuation_keeps_its_cursor(
+    #[case] cmd: &str,
+    #[case] create: &[&str],
+    #[case] width: usize,
+) {
+    let server = Server::start();
+    let mut con = server.client();
+    let _: i64 = query(&mut con, create).unwrap();
+    let (cursor, first): (String, Vec<Bytes>) =
+        query(&mut con, &[cmd, "c", "0", "COUNT", "1"]).unwrap();
+    assert_eq!(first.len(), width);
+    // The key is gone: the continuation does not look at it.
+    let _: i64 = query(&mut con, &["DEL", "c"]).unwrap();
+    for bad in [
+        &["COUNT", "0"][..],
+        &["BOGUS"],
+        &["COUNT"],
+        &["NOVALUES", "NOSCORES"],
+    ] {
+        let mut args = vec![cmd, "c", &cursor];
+        args.extend_from_slice(bad);
+        let e = expect_err(&mut con, &args);
+        assert!(!e.contains("unknown, already used"), "{args:?}: {e}");
+    }
+    let (next, second): (String, Vec<Bytes>) =
+        query(&mut con, &[cmd, "c", &cursor, "COUNT", "2"]).unwrap();
+    assert_eq!((next.as_str(), second.len()), ("0", 2 * width));
+    assert_eq!(
+        expect_err(&mut con, &[cmd, "c", &cursor]),
+        unknown_cursor(&cursor)
+    );
+}
+
 #[test]
 fn reply_shape_and_single_use_cursors() {
     let server = Server::start();
