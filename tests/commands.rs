@@ -546,6 +546,58 @@ fn cursor_zero_spam_is_bounded_in_cursors_and_memory() {
     );
 }
 
+/// README: "The last 65,536 cursors ended this way are remembered for this
+/// message; older ones get the generic one." 65,538 iterations, each pinning
+/// a version of its own (a key of a 3-key index toggled in between), are
+/// ended by `snapshot.max-retained-bytes 1`, oldest first: the first one
+/// ended gets the generic error, later ones the memory message. (A few
+/// seconds and about 35 MB of module heap.)
+#[test]
+fn only_the_last_65536_memory_ended_cursors_say_so() {
+    const N: usize = 65_536 + 2;
+    let server = Server::start();
+    let mut con = server.client();
+    config_set(&mut con, "snapshot.max-open-cursors", "100000").unwrap();
+    fill(&mut con, "b", 2);
+    let mut cursors: Vec<String> = Vec::with_capacity(N);
+    for start in (0..N).step_by(2000) {
+        let mut p = redis::pipe();
+        for i in start..N.min(start + 2000) {
+            if i % 2 == 0 {
+                p.cmd("SET").arg("x").arg("v").ignore();
+            } else {
+                p.cmd("DEL").arg("x").ignore();
+            }
+            p.cmd("SNAPSHOT.SCAN").arg("0").arg("COUNT").arg("1");
+        }
+        let replies: Vec<(String, Vec<String>)> = p
+            .query(&mut con)
+            .unwrap_or_else(|e| panic!("batch at {start}: {}", err_text(&e)));
+        cursors.extend(replies.into_iter().map(|(c, _)| c));
+    }
+    assert_eq!(cursors.len(), N);
+    assert!(cursors.iter().all(|c| c != "0"));
+    assert_eq!(info_u64(&mut con, "snapshot_open_snapshots"), N as u64);
+    let before = info_u64(&mut con, "snapshot_cursors_evicted_memory");
+    config_set(&mut con, "snapshot.max-retained-bytes", "1").unwrap();
+    // All but the newest, which pins the live version (no bytes retained),
+    // and possibly that one too: so at least 65,537 and at most 65,538.
+    wait_until("the iterations to be ended", POLL, || {
+        info_u64(&mut con, "snapshot_cursors_evicted_memory") - before >= N as u64 - 1
+    });
+    let memory = |c: &str| {
+        format!("ERR cursor {c}: snapscan: iteration ended to bound snapshot memory (snapshot.max-retained-bytes); restart the scan from cursor 0")
+    };
+    assert_eq!(
+        expect_err(&mut con, &["SNAPSHOT.SCAN", &cursors[0]]),
+        unknown_cursor(&cursors[0]),
+        "ended before the last 65,536"
+    );
+    for c in [&cursors[2], &cursors[N / 2], &cursors[N - 2]] {
+        assert_eq!(expect_err(&mut con, &["SNAPSHOT.SCAN", c]), memory(c));
+    }
+}
+
 // --------------------------------------------- 5. MULTI/EXEC, EVAL, FCALL
 
 const LIB: &str = "#!lua name=sslib\n\
