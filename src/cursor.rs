@@ -444,6 +444,22 @@ mod tests {
         assert!(r.evict_lru(1).is_empty());
     }
 
+    /// README: "The last 65,536 cursors ended this way are remembered for
+    /// this message; older ones get the generic one."
+    #[test]
+    fn only_the_last_tombstones_evictions_are_remembered() {
+        let r = Registry::new(7);
+        let n = TOMBSTONES + 2;
+        let ids: Vec<u64> = (0..n as u64).map(|i| r.insert(i, 0, 1, i, n).0).collect();
+        assert_eq!(r.evict_lru(n).len(), n);
+        assert!(!r.ended_by_eviction(ids[0]) && !r.ended_by_eviction(ids[1]));
+        assert!(r.ended_by_eviction(ids[2]) && r.ended_by_eviction(ids[n - 1]));
+        assert_eq!(
+            ids.iter().filter(|&&id| r.ended_by_eviction(id)).count(),
+            TOMBSTONES
+        );
+    }
+
     #[test]
     fn idle_entries_expire() {
         let r = Registry::new(5);

@@ -15,7 +15,6 @@ const UNKNOWN_TAIL: &str = "is unknown, already used or expired; restart the sca
 const INVALID_CURSOR: &str = "ERR invalid cursor";
 const SYNTAX: &str = "ERR syntax error";
 const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
-const COUNT_RANGE: &str = "ERR syntax error, COUNT must be >= 1";
 const ARITY: &str = "ERR wrong number of arguments for 'snapshot.scan' command";
 const POLL: Duration = Duration::from_secs(10);
 
@@ -164,17 +163,19 @@ fn has_acl_categories(server: &Server) -> bool {
 #[case::cursor_plus(&["+1"], INVALID_CURSOR)]
 #[case::cursor_empty(&[""], INVALID_CURSOR)]
 #[case::cursor_checked_before_options(&["abc", "COUNT", "0"], INVALID_CURSOR)]
-#[case::count_zero(&["0", "COUNT", "0"], COUNT_RANGE)]
-#[case::count_negative(&["0", "COUNT", "-1"], COUNT_RANGE)]
+#[case::count_zero(&["0", "COUNT", "0"], SYNTAX)]
+#[case::count_negative(&["0", "COUNT", "-1"], SYNTAX)]
 #[case::count_not_integer(&["0", "COUNT", "abc"], NOT_INTEGER)]
 #[case::count_leading_zero(&["0", "COUNT", "01"], NOT_INTEGER)]
 #[case::count_over_i64(&["0", "COUNT", "9223372036854775808"], NOT_INTEGER)]
 #[case::count_missing(&["0", "COUNT"], SYNTAX)]
-#[case::options_checked_before_cursor_lookup(&["5", "COUNT", "0"], COUNT_RANGE)]
+#[case::options_checked_before_cursor_lookup(&["5", "COUNT", "0"], SYNTAX)]
 #[case::unknown_option(&["0", "BOGUS", "1"], SYNTAX)]
 #[case::match_missing(&["0", "MATCH"], SYNTAX)]
 #[case::type_missing(&["0", "TYPE"], SYNTAX)]
-#[case::novalues_not_an_option(&["0", "NOVALUES"], SYNTAX)]
+#[case::novalues_not_an_option(&["0", "NOVALUES"], "ERR NOVALUES option can only be used in HSCAN")]
+#[case::noscores_not_an_option(&["0", "noscores"], "ERR NOSCORES option can only be used in ZSCAN")]
+#[case::first_bad_option_answers(&["0", "COUNT", "0", "NOVALUES"], SYNTAX)]
 #[case::error_after_valid_options(&["0", "MATCH", "*", "COUNT", "5", "EXTRA"], SYNTAX)]
 #[case::unknown_type(&["0", "TYPE", "nosuchtype"], "ERR unknown type name 'nosuchtype'")]
 #[case::no_arguments(&[], ARITY)]
@@ -191,6 +192,29 @@ fn argument_errors(#[case] args: &[&str], #[case] want: &str) {
     // An error leaves the connection and the module usable.
     let keys = to_strings(full_scan(&mut con, "SNAPSHOT.SCAN", &["COUNT", "7"]));
     assert_eq!(keys.len(), 20);
+}
+
+/// Where every supported server's SCAN agrees, SNAPSHOT.SCAN answers the
+/// same error, word for word (the cursor first, then the first bad option).
+#[rstest]
+#[case::cursor_before_options(&["abc", "COUNT", "0"])]
+#[case::count_zero(&["0", "COUNT", "0"])]
+#[case::count_negative(&["0", "count", "-1"])]
+#[case::count_not_integer(&["0", "COUNT", "abc"])]
+#[case::count_missing(&["0", "COUNT"])]
+#[case::match_missing(&["0", "MATCH"])]
+#[case::unknown_option(&["0", "BOGUS", "1"])]
+#[case::first_bad_option_answers(&["0", "COUNT", "0", "COUNT", "x"])]
+#[case::after_valid_options(&["0", "MATCH", "*", "COUNT", "5", "EXTRA"])]
+fn argument_errors_read_like_native_scan(#[case] args: &[&str]) {
+    let server = Server::start();
+    let mut con = server.client();
+    fill(&mut con, "k", 3);
+    let mut native = vec!["SCAN"];
+    native.extend_from_slice(args);
+    let want = expect_err(&mut con, &native);
+    native[0] = "SNAPSHOT.SCAN";
+    assert_eq!(expect_err(&mut con, &native), want, "{args:?}");
 }
 
 #[rstest]
@@ -520,6 +544,58 @@ fn cursor_zero_spam_is_bounded_in_cursors_and_memory() {
         to_strings(full_scan(&mut con, "SNAPSHOT.SCAN", &["COUNT", "5000"])),
         keys
     );
+}
+
+/// README: "The last 65,536 cursors ended this way are remembered for this
+/// message; older ones get the generic one." 65,538 iterations, each pinning
+/// a version of its own (a key of a 3-key index toggled in between), are
+/// ended by `snapshot.max-retained-bytes 1`, oldest first: the first one
+/// ended gets the generic error, later ones the memory message. (A few
+/// seconds and about 35 MB of module heap.)
+#[test]
+fn only_the_last_65536_memory_ended_cursors_say_so() {
+    const N: usize = 65_536 + 2;
+    let server = Server::start();
+    let mut con = server.client();
+    config_set(&mut con, "snapshot.max-open-cursors", "100000").unwrap();
+    fill(&mut con, "b", 2);
+    let mut cursors: Vec<String> = Vec::with_capacity(N);
+    for start in (0..N).step_by(2000) {
+        let mut p = redis::pipe();
+        for i in start..N.min(start + 2000) {
+            if i % 2 == 0 {
+                p.cmd("SET").arg("x").arg("v").ignore();
+            } else {
+                p.cmd("DEL").arg("x").ignore();
+            }
+            p.cmd("SNAPSHOT.SCAN").arg("0").arg("COUNT").arg("1");
+        }
+        let replies: Vec<(String, Vec<String>)> = p
+            .query(&mut con)
+            .unwrap_or_else(|e| panic!("batch at {start}: {}", err_text(&e)));
+        cursors.extend(replies.into_iter().map(|(c, _)| c));
+    }
+    assert_eq!(cursors.len(), N);
+    assert!(cursors.iter().all(|c| c != "0"));
+    assert_eq!(info_u64(&mut con, "snapshot_open_snapshots"), N as u64);
+    let before = info_u64(&mut con, "snapshot_cursors_evicted_memory");
+    config_set(&mut con, "snapshot.max-retained-bytes", "1").unwrap();
+    // All but the newest, which pins the live version (no bytes retained),
+    // and possibly that one too: so at least 65,537 and at most 65,538.
+    wait_until("the iterations to be ended", POLL, || {
+        info_u64(&mut con, "snapshot_cursors_evicted_memory") - before >= N as u64 - 1
+    });
+    let memory = |c: &str| {
+        format!("ERR cursor {c}: snapscan: iteration ended to bound snapshot memory (snapshot.max-retained-bytes); restart the scan from cursor 0")
+    };
+    assert_eq!(
+        expect_err(&mut con, &["SNAPSHOT.SCAN", &cursors[0]]),
+        unknown_cursor(&cursors[0]),
+        "ended before the last 65,536"
+    );
+    for c in [&cursors[2], &cursors[N / 2], &cursors[N - 2]] {
+        assert_eq!(expect_err(&mut con, &["SNAPSHOT.SCAN", c]), memory(c));
+    }
 }
 
 // --------------------------------------------- 5. MULTI/EXEC, EVAL, FCALL

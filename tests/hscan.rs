@@ -27,7 +27,6 @@ const UNKNOWN_TAIL: &str = "is unknown, already used or expired; restart the sca
 const INVALID_CURSOR: &str = "ERR invalid cursor";
 const SYNTAX: &str = "ERR syntax error";
 const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
-const COUNT_RANGE: &str = "ERR syntax error, COUNT must be >= 1";
 const ARITY: &str = "ERR wrong number of arguments for 'snapshot.hscan' command";
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 const LIMIT_HEAD: &str =
@@ -894,7 +893,15 @@ fn a_copy_is_not_reused_after_a_field_expired() {
 fn missing_key_is_an_empty_final_page() {
     let server = Server::start();
     let mut con = server.client();
-    for opts in [&[][..], &["NOVALUES"], &["MATCH", "*", "COUNT", "5"]] {
+    // Whatever the options: natively the key is looked up before them.
+    for opts in [
+        &[][..],
+        &["NOVALUES"],
+        &["MATCH", "*", "COUNT", "5"],
+        &["COUNT", "0"],
+        &["BOGUS"],
+        &["NOSCORES"],
+    ] {
         let v: Value = redis::cmd(CMD)
             .arg("nosuchkey")
             .arg("0")
@@ -925,6 +932,11 @@ fn other_types_are_wrongtype(#[case] create: &[&str]) {
         expect_err(&mut con, &[CMD, "k", "0", "COUNT", "5", "NOVALUES"]),
         WRONGTYPE
     );
+    // Checked before the options, as natively.
+    assert_eq!(
+        expect_err(&mut con, &[CMD, "k", "0", "COUNT", "0", "BOGUS"]),
+        WRONGTYPE
+    );
     // The native HSCAN agrees.
     assert_eq!(expect_err(&mut con, &["HSCAN", "k", "0"]), WRONGTYPE);
 }
@@ -940,8 +952,8 @@ fn other_types_are_wrongtype(#[case] create: &[&str]) {
 #[case::cursor_plus(&["h", "+1"], INVALID_CURSOR)]
 #[case::cursor_empty(&["h", ""], INVALID_CURSOR)]
 #[case::cursor_checked_before_options(&["h", "abc", "COUNT", "0"], INVALID_CURSOR)]
-#[case::count_zero(&["h", "0", "COUNT", "0"], COUNT_RANGE)]
-#[case::count_negative(&["h", "0", "COUNT", "-1"], COUNT_RANGE)]
+#[case::count_zero(&["h", "0", "COUNT", "0"], SYNTAX)]
+#[case::count_negative(&["h", "0", "COUNT", "-1"], SYNTAX)]
 #[case::count_not_integer(&["h", "0", "COUNT", "abc"], NOT_INTEGER)]
 #[case::count_leading_zero(&["h", "0", "COUNT", "01"], NOT_INTEGER)]
 #[case::count_over_i64(&["h", "0", "COUNT", "9223372036854775808"], NOT_INTEGER)]
@@ -951,7 +963,8 @@ fn other_types_are_wrongtype(#[case] create: &[&str]) {
 #[case::unknown_option(&["h", "0", "BOGUS", "1"], SYNTAX)]
 #[case::novalues_takes_no_value(&["h", "0", "NOVALUES", "1"], SYNTAX)]
 #[case::error_after_valid_options(&["h", "0", "MATCH", "*", "COUNT", "5", "EXTRA"], SYNTAX)]
-#[case::options_checked_before_cursor_lookup(&["h", "5", "COUNT", "0"], COUNT_RANGE)]
+#[case::options_checked_before_cursor_lookup(&["h", "5", "COUNT", "0"], SYNTAX)]
+#[case::noscores_is_zscans(&["h", "0", "NOSCORES"], "ERR NOSCORES option can only be used in ZSCAN")]
 #[case::u64_max_parses_then_unknown(&["h", "18446744073709551615"], "ERR cursor 18446744073709551615 is unknown, already used or expired; restart the scan from cursor 0")]
 #[case::leading_zeros_parse_then_unknown(&["h", "007"], "ERR cursor 7 is unknown, already used or expired; restart the scan from cursor 0")]
 #[case::never_issued(&["h", "1"], "ERR cursor 1 is unknown, already used or expired; restart the scan from cursor 0")]
@@ -969,20 +982,108 @@ fn argument_errors(#[case] args: &[&str], #[case] want: &str) {
         }
         let mut full_args = vec![CMD];
         full_args.extend_from_slice(args);
-        assert_eq!(
-            expect_err(&mut con, &full_args),
-            want,
-            "{args:?} on a {kind} key"
-        );
-        // Lower-case command name, same answer.
-        full_args[0] = "snapshot.hscan";
-        assert_eq!(
-            expect_err(&mut con, &full_args),
-            want,
-            "{args:?} on a {kind} key"
-        );
+        // As natively, a cursor-0 call checks the key before its options: a
+        // missing key answers the empty reply, another type WRONGTYPE.
+        let key_first = args.len() > 2 && args[1] == "0";
+        for name in [CMD, "snapshot.hscan"] {
+            full_args[0] = name;
+            match kind {
+                "missing" if key_first => {
+                    let v: Value = query(&mut con, &full_args).unwrap();
+                    assert_eq!(
+                        v,
+                        Value::Array(vec![Value::BulkString(b"0".to_vec()), Value::Array(vec![])]),
+                        "{args:?} on a missing key"
+                    );
+                }
+                "string" if key_first => {
+                    assert_eq!(expect_err(&mut con, &full_args), WRONGTYPE, "{args:?}");
+                }
+                _ => assert_eq!(
+                    expect_err(&mut con, &full_args),
+                    want,
+                    "{args:?} on a {kind} key"
+                ),
+            }
+        }
     }
     assert_eq!(info_u64(&mut con, "snapshot_hash_cursors_open"), 0);
+}
+
+/// SNAPSHOT.HSCAN, SSCAN and ZSCAN check a cursor-0 call in the native
+/// order (the cursor, then the key: missing gives the empty reply, another
+/// type WRONGTYPE, then the options) and answer what HSCAN, SSCAN and ZSCAN
+/// answer, word for word, on a missing key, a string and a key of their type.
+#[rstest]
+#[case::cursor_first(&["abc", "COUNT", "0"])]
+#[case::count_zero(&["0", "COUNT", "0"])]
+#[case::count_negative(&["0", "count", "-1"])]
+#[case::count_not_integer(&["0", "COUNT", "x"])]
+#[case::count_missing(&["0", "COUNT"])]
+#[case::match_missing(&["0", "MATCH"])]
+#[case::unknown_option(&["0", "BOGUS"])]
+#[case::type_is_not_an_option(&["0", "TYPE", "hash"])]
+#[case::first_bad_option_answers(&["0", "COUNT", "0", "COUNT", "x"])]
+#[case::after_valid_options(&["0", "MATCH", "*", "COUNT", "5", "EXTRA"])]
+fn collection_errors_in_the_native_order(#[case] args: &[&str]) {
+    let server = Server::start();
+    let mut con = server.client();
+    let _: () = query(&mut con, &["SET", "str", "v"]).unwrap();
+    let _: i64 = query(&mut con, &["HSET", "HSCAN", "f", "v"]).unwrap();
+    let _: i64 = query(&mut con, &["SADD", "SSCAN", "m"]).unwrap();
+    let _: i64 = query(&mut con, &["ZADD", "ZSCAN", "1", "m"]).unwrap();
+    for native in ["HSCAN", "SSCAN", "ZSCAN"] {
+        // The key named after the command holds its type.
+        for key in ["missing", "str", native] {
+            let mut full = vec![native, key];
+            full.extend_from_slice(args);
+            let want = query::<Value>(&mut con, &full).map_err(|e| err_text(&e));
+            let snapshot = format!("SNAPSHOT.{native}");
+            full[0] = &snapshot;
+            let got = query::<Value>(&mut con, &full).map_err(|e| err_text(&e));
+            assert_eq!(got, want, "{full:?}");
+        }
+    }
+    assert_eq!(info_u64(&mut con, "snapshot_hash_cursors_open"), 0);
+}
+
+/// README: a non-zero cursor's options are checked before the cursor, so a
+/// malformed call does not use it up (whatever the key holds now).
+#[rstest]
+#[case::hscan("SNAPSHOT.HSCAN", &["HSET", "c", "a", "1", "b", "2", "c", "3"], 2)]
+#[case::sscan("SNAPSHOT.SSCAN", &["SADD", "c", "a", "b", "c"], 1)]
+#[case::zscan("SNAPSHOT.ZSCAN", &["ZADD", "c", "1", "a", "2", "b", "3", "c"], 2)]
+fn a_malformed_continuation_keeps_its_cursor(
+    #[case] cmd: &str,
+    #[case] create: &[&str],
+    #[case] width: usize,
+) {
+    let server = Server::start();
+    let mut con = server.client();
+    let _: i64 = query(&mut con, create).unwrap();
+    let (cursor, first): (String, Vec<Bytes>) =
+        query(&mut con, &[cmd, "c", "0", "COUNT", "1"]).unwrap();
+    assert_eq!(first.len(), width);
+    // The key is gone: the continuation does not look at it.
+    let _: i64 = query(&mut con, &["DEL", "c"]).unwrap();
+    for bad in [
+        &["COUNT", "0"][..],
+        &["BOGUS"],
+        &["COUNT"],
+        &["NOVALUES", "NOSCORES"],
+    ] {
+        let mut args = vec![cmd, "c", &cursor];
+        args.extend_from_slice(bad);
+        let e = expect_err(&mut con, &args);
+        assert!(!e.contains("unknown, already used"), "{args:?}: {e}");
+    }
+    let (next, second): (String, Vec<Bytes>) =
+        query(&mut con, &[cmd, "c", &cursor, "COUNT", "2"]).unwrap();
+    assert_eq!((next.as_str(), second.len()), ("0", 2 * width));
+    assert_eq!(
+        expect_err(&mut con, &[cmd, "c", &cursor]),
+        unknown_cursor(&cursor)
+    );
 }
 
 #[test]

@@ -153,10 +153,13 @@ fn match_is_the_servers_glob(#[case] pattern: &[u8]) {
 fn missing_key_wrongtype_and_argument_errors() {
     let server = Server::start();
     let mut con = server.client();
-    assert_eq!(
-        page(&mut con, CMD, "nosuch", "0", &[]),
-        ("0".to_string(), vec![])
-    );
+    for opts in [&[][..], &["COUNT", "0"], &["NOSCORES"], &["BOGUS"]] {
+        assert_eq!(
+            page(&mut con, CMD, "nosuch", "0", opts),
+            ("0".to_string(), vec![]),
+            "{opts:?}"
+        );
+    }
     let _: () = query(&mut con, &["SET", "str", "x"]).unwrap();
     let _: i64 = query(&mut con, &["HSET", "h", "f", "v"]).unwrap();
     let _: i64 = query(&mut con, &["ZADD", "z", "1", "m"]).unwrap();
@@ -170,13 +173,19 @@ fn missing_key_wrongtype_and_argument_errors() {
             "ERR wrong number of arguments for 'snapshot.sscan' command",
         ),
         (&[CMD, "s", "x"], "ERR invalid cursor"),
-        (&[CMD, "s", "0", "NOVALUES"], "ERR syntax error"),
-        (&[CMD, "s", "0", "NOSCORES"], "ERR syntax error"),
-        (&[CMD, "s", "0", "TYPE", "set"], "ERR syntax error"),
         (
-            &[CMD, "s", "0", "COUNT", "0"],
-            "ERR syntax error, COUNT must be >= 1",
+            &[CMD, "s", "0", "NOVALUES"],
+            "ERR NOVALUES option can only be used in HSCAN",
         ),
+        (
+            &[CMD, "s", "0", "NOSCORES"],
+            "ERR NOSCORES option can only be used in ZSCAN",
+        ),
+        (&[CMD, "s", "0", "TYPE", "set"], "ERR syntax error"),
+        (&[CMD, "s", "0", "COUNT", "0"], "ERR syntax error"),
+        // The key before the options, as natively.
+        (&[CMD, "z", "0", "COUNT", "0"], WRONGTYPE),
+        (&[CMD, "str", "0", "NOSCORES"], WRONGTYPE),
         (
             &[CMD, "s", "0", "COUNT", "x"],
             "ERR value is not an integer or out of range",
@@ -299,4 +308,78 @@ fn the_collection_memory_limit_covers_sets() {
     let truth = native(&mut con, "SSCAN", "s", &["COUNT", "100"], 1);
     let got = finish_from(&mut con, CMD, "s", "0", &["COUNT", "500"], 1, |_| {});
     assert_same(&to_elems(&got, 1), &truth, "under the raised limit");
+}
+
+/// One `SNAPSHOT.SCAN cursor COUNT 1` page: its next cursor.
+fn scan_next(con: &mut redis::Connection, cursor: &str) -> String {
+    let (next, _): (String, Vec<Bytes>) = redis::cmd("SNAPSHOT.SCAN")
+        .arg(cursor)
+        .arg("COUNT")
+        .arg(1)
+        .query(con)
+        .unwrap_or_else(|e| panic!("SNAPSHOT.SCAN {cursor}: {}", err_text(&e)));
+    next
+}
+
+fn info_u64(con: &mut redis::Connection, name: &str) -> u64 {
+    let info = cmd_str(con, &["INFO", "snapshot"]);
+    info_field(&info, name)
+        .unwrap_or_else(|| panic!("no {name} in INFO"))
+        .parse()
+        .expect("a number")
+}
+
+/// README: open iterations of SNAPSHOT.HSCAN, SSCAN and ZSCAN share one pool
+/// of `snapshot.max-open-cursors`, separate from SNAPSHOT.SCAN's. At a limit
+/// of 2, a third collection iteration ends the oldest collection one, and
+/// neither kind of iteration ends the other's.
+#[test]
+fn the_collection_commands_share_one_cursor_pool_apart_from_scan() {
+    let server = Server::start();
+    let mut con = server.client();
+    let _: () = query(
+        &mut con,
+        &["CONFIG", "SET", "snapshot.max-open-cursors", "2"],
+    )
+    .unwrap();
+    let _: i64 = query(&mut con, &["HSET", "h", "a", "1", "b", "2", "c", "3"]).unwrap();
+    let _: i64 = query(&mut con, &["SADD", "s", "a", "b", "c"]).unwrap();
+    let _: i64 = query(&mut con, &["ZADD", "z", "1", "a", "2", "b", "3", "c"]).unwrap();
+    // SNAPSHOT.SCAN's pool full.
+    let k1 = scan_next(&mut con, "0");
+    let k2 = scan_next(&mut con, "0");
+    // Three collection iterations, one per command: the first one ends.
+    let (hc, _) = page(&mut con, "SNAPSHOT.HSCAN", "h", "0", &["COUNT", "1"]);
+    let (sc, _) = page(&mut con, CMD, "s", "0", &["COUNT", "1"]);
+    let (zc, _) = page(&mut con, "SNAPSHOT.ZSCAN", "z", "0", &["COUNT", "1"]);
+    assert!(![&k1, &k2, &hc, &sc, &zc].contains(&&"0".to_string()));
+    assert_eq!(info_u64(&mut con, "snapshot_hash_cursors_open"), 2);
+    assert_eq!(info_u64(&mut con, "snapshot_open_snapshots"), 2);
+    assert_eq!(
+        expect_err(&mut con, &["SNAPSHOT.HSCAN", "h", &hc]),
+        format!(
+            "ERR cursor {hc} is unknown, already used or expired; restart the scan from cursor 0"
+        )
+    );
+    // The collection iterations ended no SNAPSHOT.SCAN one...
+    let k1 = scan_next(&mut con, &k1);
+    let k2 = scan_next(&mut con, &k2);
+    assert!(k1 != "0" && k2 != "0");
+    // ...and three more SNAPSHOT.SCAN iterations end no collection one.
+    for _ in 0..3 {
+        scan_next(&mut con, "0");
+    }
+    assert_eq!(info_u64(&mut con, "snapshot_open_snapshots"), 2);
+    let rest = finish_from(&mut con, CMD, "s", &sc, &["COUNT", "1"], 1, |_| {});
+    assert_eq!(rest.len(), 2, "the rest of the set");
+    let rest = finish_from(
+        &mut con,
+        "SNAPSHOT.ZSCAN",
+        "z",
+        &zc,
+        &["COUNT", "1"],
+        2,
+        |_| {},
+    );
+    assert_eq!(rest.len(), 4, "the rest of the sorted set, with scores");
 }

@@ -189,10 +189,13 @@ fn noscores_count_and_match() {
 fn missing_key_wrongtype_and_argument_errors() {
     let server = Server::start();
     let mut con = server.client();
-    assert_eq!(
-        page(&mut con, CMD, "nosuch", "0", &[]),
-        ("0".to_string(), vec![])
-    );
+    for opts in [&[][..], &["COUNT", "0"], &["NOVALUES"], &["BOGUS"]] {
+        assert_eq!(
+            page(&mut con, CMD, "nosuch", "0", opts),
+            ("0".to_string(), vec![]),
+            "{opts:?}"
+        );
+    }
     let _: () = query(&mut con, &["SET", "str", "x"]).unwrap();
     let _: i64 = query(&mut con, &["HSET", "h", "f", "v"]).unwrap();
     let _: i64 = query(&mut con, &["SADD", "s", "m"]).unwrap();
@@ -206,12 +209,15 @@ fn missing_key_wrongtype_and_argument_errors() {
             "ERR wrong number of arguments for 'snapshot.zscan' command",
         ),
         (&[CMD, "z", "-1"], "ERR invalid cursor"),
-        (&[CMD, "z", "0", "NOVALUES"], "ERR syntax error"),
-        (&[CMD, "z", "0", "MATCH"], "ERR syntax error"),
         (
-            &[CMD, "z", "0", "COUNT", "-2"],
-            "ERR syntax error, COUNT must be >= 1",
+            &[CMD, "z", "0", "NOVALUES"],
+            "ERR NOVALUES option can only be used in HSCAN",
         ),
+        (&[CMD, "z", "0", "MATCH"], "ERR syntax error"),
+        (&[CMD, "z", "0", "COUNT", "-2"], "ERR syntax error"),
+        // The key before the options, as natively.
+        (&[CMD, "h", "0", "COUNT", "-2"], WRONGTYPE),
+        (&[CMD, "h", "0", "NOVALUES"], WRONGTYPE),
     ] {
         assert_eq!(expect_err(&mut con, args), want, "{args:?}");
     }

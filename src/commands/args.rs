@@ -17,7 +17,8 @@ impl CmdError {
 pub const SYNTAX: &str = "ERR syntax error";
 pub const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
 pub const INVALID_CURSOR: &str = "ERR invalid cursor";
-pub const COUNT_RANGE: &str = "ERR syntax error, COUNT must be >= 1";
+pub const NOVALUES_HSCAN_ONLY: &str = "ERR NOVALUES option can only be used in HSCAN";
+pub const NOSCORES_ZSCAN_ONLY: &str = "ERR NOSCORES option can only be used in ZSCAN";
 
 /// A cursor: unsigned 64-bit decimal digits only (`0` starts an iteration).
 pub fn parse_cursor(b: &[u8]) -> Result<u64, CmdError> {
@@ -71,6 +72,9 @@ pub struct Allowed {
 
 /// Parses `[MATCH p] [COUNT n] [TYPE t] [NOVALUES] [NOSCORES]` in any order, options
 /// case-insensitive; a later repetition overrides an earlier one, as in SCAN.
+/// Errors are the native ones, from the first bad option: `COUNT` below 1 is
+/// a plain syntax error, `NOVALUES`/`NOSCORES` on a command without them
+/// gets Valkey's wording (Redis 7.0 answers a syntax error).
 pub fn parse_options<'a>(rest: &[&'a [u8]], allowed: Allowed) -> Result<ScanOptions<'a>, CmdError> {
     let mut o = ScanOptions::default();
     let mut it = rest.iter().copied();
@@ -81,14 +85,20 @@ pub fn parse_options<'a>(rest: &[&'a [u8]], allowed: Allowed) -> Result<ScanOpti
             let v = it.next().ok_or_else(|| CmdError::msg(SYNTAX))?;
             let n = parse_i64(v).ok_or_else(|| CmdError::msg(NOT_INTEGER))?;
             if n < 1 {
-                return Err(CmdError::msg(COUNT_RANGE));
+                return Err(CmdError::msg(SYNTAX));
             }
             o.count = Some(usize::try_from(n).unwrap_or(usize::MAX));
         } else if allowed.type_filter && opt.eq_ignore_ascii_case(b"TYPE") {
             o.type_name = Some(it.next().ok_or_else(|| CmdError::msg(SYNTAX))?);
-        } else if allowed.novalues && opt.eq_ignore_ascii_case(b"NOVALUES") {
+        } else if opt.eq_ignore_ascii_case(b"NOVALUES") {
+            if !allowed.novalues {
+                return Err(CmdError::msg(NOVALUES_HSCAN_ONLY));
+            }
             o.novalues = true;
-        } else if allowed.noscores && opt.eq_ignore_ascii_case(b"NOSCORES") {
+        } else if opt.eq_ignore_ascii_case(b"NOSCORES") {
+            if !allowed.noscores {
+                return Err(CmdError::msg(NOSCORES_ZSCAN_ONLY));
+            }
             o.noscores = true;
         } else {
             return Err(CmdError::msg(SYNTAX));
@@ -138,13 +148,18 @@ mod tests {
 
     #[rstest]
     #[case(&[b"MATCH" as &[u8]], SYNTAX)]
-    #[case(&[b"count" as &[u8], b"0"], COUNT_RANGE)]
-    #[case(&[b"COUNT" as &[u8], b"-3"], COUNT_RANGE)]
+    #[case(&[b"count" as &[u8], b"0"], SYNTAX)]
+    #[case(&[b"COUNT" as &[u8], b"-3"], SYNTAX)]
+    #[case(&[b"COUNT" as &[u8], b"-9223372036854775808"], SYNTAX)]
+    #[case(&[b"COUNT" as &[u8], b"0", b"BOGUS"], SYNTAX)]
+    #[case(&[b"BOGUS" as &[u8], b"COUNT", b"x"], SYNTAX)]
+    #[case(&[b"COUNT" as &[u8], b"x", b"NOVALUES"], NOT_INTEGER)]
     #[case(&[b"COUNT" as &[u8], b"x"], NOT_INTEGER)]
     #[case(&[b"COUNT" as &[u8]], SYNTAX)]
     #[case(&[b"BOGUS" as &[u8], b"1"], SYNTAX)]
-    #[case(&[b"NOVALUES" as &[u8]], SYNTAX)]
-    #[case(&[b"NOSCORES" as &[u8]], SYNTAX)]
+    #[case(&[b"NOVALUES" as &[u8]], NOVALUES_HSCAN_ONLY)]
+    #[case(&[b"noscores" as &[u8]], NOSCORES_ZSCAN_ONLY)]
+    #[case(&[b"NOVALUES" as &[u8], b"COUNT", b"0"], NOVALUES_HSCAN_ONLY)]
     #[case(&[b"TYPE" as &[u8]], SYNTAX)]
     fn option_errors(#[case] rest: &[&[u8]], #[case] want: &str) {
         assert_eq!(parse_options(rest, SCAN), Err(CmdError::msg(want)));
@@ -170,7 +185,10 @@ mod tests {
                 .novalues
         );
         assert!(parse_options(&[b"TYPE" as &[u8], b"hash"], hs).is_err());
-        assert!(parse_options(&[b"NOSCORES" as &[u8]], hs).is_err());
+        assert_eq!(
+            parse_options(&[b"NOSCORES" as &[u8]], hs),
+            Err(CmdError::msg(NOSCORES_ZSCAN_ONLY))
+        );
         let zs = Allowed {
             type_filter: false,
             novalues: false,
@@ -181,6 +199,9 @@ mod tests {
                 .expect("ok")
                 .noscores
         );
-        assert!(parse_options(&[b"NOVALUES" as &[u8]], zs).is_err());
+        assert_eq!(
+            parse_options(&[b"NOVALUES" as &[u8]], zs),
+            Err(CmdError::msg(NOVALUES_HSCAN_ONLY))
+        );
     }
 }

@@ -96,7 +96,30 @@ pub fn run(ctx: Ctx, args: &[&[u8]], kind: Kind) -> Result<(), CmdError> {
         return Err(CmdError::WrongArity);
     }
     let key = args[1];
+    let m = state::try_get().ok_or_else(|| CmdError::msg("ERR snapscan is not initialised"))?;
+    // The native order: the cursor, then (cursor 0) the key, a missing one
+    // answering the empty reply and one of another type WRONGTYPE whatever
+    // the options, and only then the options. A continuation is served from
+    // its copy whatever the key holds now: its options are checked before
+    // its cursor is used up.
     let cursor = parse_cursor(args[2])?;
+    let name = if cursor == 0 {
+        let name = ffi::OwnedString::new(ctx, key)
+            .ok_or_else(|| CmdError::msg("ERR snapscan: out of memory"))?;
+        match keys::probe(ctx, name.ptr()) {
+            None => {
+                Module::bump(&m.stats.hash_scans, 1);
+                write_empty(&Reply::new(ctx));
+                return Ok(());
+            }
+            Some(f) if f.kind != keys::Kind::Builtin(type_id(kind)) => {
+                return Err(CmdError::msg(WRONGTYPE))
+            }
+            Some(_) => Some(name),
+        }
+    } else {
+        None
+    };
     let opts = parse_options(
         &args[3..],
         Allowed {
@@ -105,7 +128,6 @@ pub fn run(ctx: Ctx, args: &[&[u8]], kind: Kind) -> Result<(), CmdError> {
             noscores: kind == Kind::Zset,
         },
     )?;
-    let m = state::try_get().ok_or_else(|| CmdError::msg("ERR snapscan is not initialised"))?;
     let call = Call {
         m,
         db: ffi::selected_db(ctx),
@@ -120,30 +142,19 @@ pub fn run(ctx: Ctx, args: &[&[u8]], kind: Kind) -> Result<(), CmdError> {
         inline: ffi::blocking_denied(ctx),
     };
     Module::bump(&m.stats.hash_scans, 1);
-    if cursor != 0 {
+    let Some(name) = name else {
         let e = call.take_cursor(cursor)?;
         call.answer(ctx, Source::Ready(e.value.copy), e.value.pos, e.pages);
         return Ok(());
-    }
-    open(ctx, call)
+    };
+    open(ctx, call, name)
 }
 
-/// Cursor 0: the truth about the key, now; then a copy.
-fn open(ctx: Ctx, call: Call) -> Result<(), CmdError> {
+/// Cursor 0 on a key of the call's type (checked by the caller, `name` its
+/// name): the truth about the key, now; then a copy.
+fn open(ctx: Ctx, call: Call, name: ffi::OwnedString) -> Result<(), CmdError> {
     let (m, db, kind) = (call.m, call.db, call.kind);
     let key: &[u8] = &call.key;
-    let name = ffi::OwnedString::new(ctx, key)
-        .ok_or_else(|| CmdError::msg("ERR snapscan: out of memory"))?;
-    match keys::probe(ctx, name.ptr()) {
-        None => {
-            write_empty(&Reply::new(ctx));
-            return Ok(());
-        }
-        Some(f) if f.kind != keys::Kind::Builtin(type_id(kind)) => {
-            return Err(CmdError::msg(WRONGTYPE))
-        }
-        Some(_) => {}
-    }
     // Field TTLs matter only to share a copy or to slice one; the answer
     // can cost an INFO call (Valkey 9), so it is asked only then.
     if let Some(copy) = m.watches.reusable(db, key, kind) {
