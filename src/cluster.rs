@@ -31,6 +31,10 @@ struct View {
     importing: SlotSet,
     /// `served - importing`, shared by the snapshots opened meanwhile.
     visible: Option<Arc<SlotSet>>,
+    /// Slots owned (a replica: by its primary) as of the last refresh:
+    /// `served` without legacy imports, whose keys the server refuses to
+    /// let a module's `RM_Call` write (SNAPSHOT.UNLINK skips them).
+    owned: Option<Arc<SlotSet>>,
 }
 
 static VIEW: Mutex<Option<View>> = Mutex::new(None);
@@ -82,18 +86,32 @@ pub fn visible_slots() -> Option<Arc<SlotSet>> {
     with_view(|v| v.visible.clone())
 }
 
+/// The slots this node owns now (see `View::owned`): `None` outside
+/// cluster mode or before the first refresh. Main thread.
+pub fn owned_slots() -> Option<Arc<SlotSet>> {
+    if !enabled() {
+        return None;
+    }
+    with_view(|v| v.owned.clone())
+}
+
 /// Re-reads the served slots from `CLUSTER NODES`; slots no longer served
 /// are purged from the index. Main thread.
 pub fn refresh(ctx: Ctx) {
     if !enabled() {
         return;
     }
-    let Some(served) =
-        server::call_text(ctx, c"CLUSTER", c"NODES").and_then(|t| served_from_nodes(&t))
-    else {
+    let Some(text) = server::call_text(ctx, c"CLUSTER", c"NODES") else {
         return;
     };
+    let Some(served) = served_from_nodes(&text) else {
+        return;
+    };
+    let owned = crate::slot::owned_from_nodes(&text);
     let lost = with_view(|v| {
+        if v.owned.as_deref() != owned.as_ref() {
+            v.owned = owned.map(Arc::new);
+        }
         let lost = v.served.as_ref().map(|old| old.minus(&served));
         if v.served.as_ref() != Some(&served) {
             v.served = Some(served);
@@ -141,6 +159,8 @@ pub fn on_slot_migration(ctx: Ctx, subevent: u64, slots: SlotSet) {
             with_view(|v| {
                 v.importing = v.importing.minus(&slots);
                 v.served = Some(v.served.take().unwrap_or_default().union(&slots));
+                let owned = v.owned.as_deref().cloned().unwrap_or_default();
+                v.owned = Some(Arc::new(owned.union(&slots)));
                 v.recompute();
             });
         }

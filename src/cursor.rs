@@ -24,15 +24,39 @@
 //! Locking: every method takes one internal mutex for O(log n) work; values
 //! removed from the registry are handed back to the caller so they are
 //! dropped outside the lock (and off the server's main thread).
+//!
+//! Bulk removals are bounded per hold of that mutex, whatever
+//! `max_open` allows (up to 1,000,000 entries): an insertion evicts at most
+//! [`EVICT_PER_INSERT`] entries, and [`Registry::trim`] (the surplus over a
+//! lowered limit), [`Registry::expire_idle`] and [`Registry::evict_lru`]
+//! end at most [`CHUNK`] entries per hold, releasing the mutex in between
+//! and first letting in any thread waiting for it (the server's main thread
+//! among them).
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 /// What an entry shares its memory with (see the module docs).
 pub type Group = Option<(usize, u64)>;
 
 /// Cursors of iterations ended by [`Registry::evict_lru`] remembered at most.
 pub const TOMBSTONES: usize = 65_536;
+
+/// Entries one hold of the registry's mutex ends at most in a bulk removal
+/// ([`Registry::trim`], [`Registry::expire_idle`], [`Registry::evict_lru`]).
+pub const CHUNK: usize = 1024;
+
+/// Entries one insertion evicts at most. At an unchanged limit an insertion
+/// evicts one; after the limit is lowered far below the open count, each
+/// insertion shrinks the surplus by this many less one, and
+/// [`Registry::trim`] ends the rest.
+pub const EVICT_PER_INSERT: usize = 64;
+
+/// How long a bulk removal waits, between two chunks, for the threads
+/// waiting for the mutex to have taken it.
+const LET_IN_MAX: Duration = Duration::from_millis(2);
 
 /// One open iteration.
 pub struct Entry<T> {
@@ -93,11 +117,39 @@ impl<T> Inner<T> {
             (None, None) => None,
         }
     }
+
+    /// Evicts at the limit, at most `n` entries, while more than `keep`
+    /// are open: the least recently used never-continued iteration first,
+    /// and only when there is none the least recently used continued one.
+    fn evict_over(&mut self, keep: usize, n: usize, out: &mut Vec<T>) {
+        let mut ended = 0;
+        while ended < n && self.entries.len() > keep {
+            let victim = self
+                .fresh
+                .first_key_value()
+                .or_else(|| self.continued.first_key_value())
+                .map(|(_, &id)| id);
+            match victim.and_then(|id| self.unlink(id)) {
+                Some(e) => {
+                    self.evicted += 1;
+                    ended += 1;
+                    out.push(e.value);
+                }
+                None => break,
+            }
+        }
+    }
 }
 
 /// See the module docs.
 pub struct Registry<T> {
     inner: Mutex<Inner<T>>,
+    /// Threads waiting for `inner` in [`Registry::lock`]: a bulk removal
+    /// lets them in between two chunks (the mutex is not fair: a thread
+    /// that unlocks and relocks at once would keep them out).
+    waiting: AtomicUsize,
+    /// Entries one bulk hold ends at most ([`CHUNK`]; smaller in tests).
+    chunk: usize,
 }
 
 /// Counters exposed in INFO.
@@ -129,7 +181,14 @@ impl<T> Registry<T> {
     /// `seed` makes cursor numbers differ between server runs, so a cursor
     /// from before a restart is reported as unknown instead of aliasing.
     pub fn new(seed: u64) -> Self {
+        Self::with_chunk(seed, CHUNK)
+    }
+
+    /// [`new`](Self::new) with bulk removals of `chunk` entries per hold.
+    fn with_chunk(seed: u64, chunk: usize) -> Self {
         Registry {
+            waiting: AtomicUsize::new(0),
+            chunk: chunk.max(1),
             inner: Mutex::new(Inner {
                 entries: HashMap::new(),
                 fresh: BTreeMap::new(),
@@ -146,14 +205,59 @@ impl<T> Registry<T> {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner<T>> {
+    /// The mutex, for O(log n) work (counted as waiting meanwhile, so that
+    /// bulk removals let this thread in between their chunks).
+    fn lock(&self) -> MutexGuard<'_, Inner<T>> {
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let g = self.lock_bulk();
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        g
+    }
+
+    /// The mutex, for one chunk of a bulk removal.
+    fn lock_bulk(&self) -> MutexGuard<'_, Inner<T>> {
         // A panic while holding the lock cannot leave the maps inconsistent
         // in a way that matters more than losing the server: keep going.
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Between two chunks of a bulk removal, the mutex released: lets the
+    /// threads waiting for it take it first (for at most [`LET_IN_MAX`], so
+    /// a steady stream of callers cannot stall the removal).
+    fn let_waiters_in(&self) {
+        let start = Instant::now();
+        while self.waiting.load(Ordering::SeqCst) > 0 && start.elapsed() < LET_IN_MAX {
+            std::thread::yield_now();
+        }
+    }
+
+    /// Runs `chunk` under the mutex again and again, handing each chunk's
+    /// values to `dispose` outside it, until a chunk ends nothing or
+    /// `chunk` says it was the last; returns how many were ended.
+    fn in_chunks(
+        &self,
+        mut chunk: impl FnMut(&mut Inner<T>, usize, &mut Vec<T>) -> bool,
+        mut dispose: impl FnMut(Vec<T>),
+    ) -> usize {
+        let mut total = 0;
+        loop {
+            let mut out = Vec::new();
+            let more = chunk(&mut self.lock_bulk(), self.chunk, &mut out);
+            let n = out.len();
+            if n > 0 {
+                total += n;
+                dispose(out);
+            }
+            if n == 0 || !more {
+                return total;
+            }
+            self.let_waiters_in();
+        }
+    }
+
     /// Registers a continuation and returns its cursor number together with
-    /// any values evicted to stay within `max_open`.
+    /// any values evicted to stay within `max_open` (at most
+    /// [`EVICT_PER_INSERT`]: see [`trim`](Self::trim) for the rest).
     pub fn insert(
         &self,
         value: T,
@@ -178,20 +282,7 @@ impl<T> Registry<T> {
         let mut g = self.lock();
         let inner = &mut *g;
         let mut evicted = Vec::new();
-        while inner.entries.len() >= max_open.max(1) {
-            let victim = inner
-                .fresh
-                .first_key_value()
-                .or_else(|| inner.continued.first_key_value())
-                .map(|(_, &id)| id);
-            match victim.and_then(|id| inner.unlink(id)) {
-                Some(e) => {
-                    inner.evicted += 1;
-                    evicted.push(e.value);
-                }
-                None => break,
-            }
-        }
+        inner.evict_over(max_open.max(1) - 1, EVICT_PER_INSERT, &mut evicted);
         let id = loop {
             inner.counter = inner.counter.wrapping_add(1);
             let id = mix63(inner.counter);
@@ -252,61 +343,48 @@ impl<T> Registry<T> {
         g.unlink(id).ok_or(None)
     }
 
-    /// Removes iterations idle for more than `idle_ms`; returns their values.
-    pub fn expire_idle(&self, now_ms: u64, idle_ms: u64) -> Vec<T> {
-        let mut g = self.lock();
-        let inner = &mut *g;
-        let mut out = Vec::new();
-        for continued in [false, true] {
-            // Both orders are by insertion tick, which follows time.
-            loop {
-                let order = if continued {
-                    &inner.continued
-                } else {
-                    &inner.fresh
-                };
-                let Some((&tick, &id)) = order.first_key_value() else {
-                    break;
-                };
-                match inner.entries.get(&id) {
-                    Some(e) if now_ms.saturating_sub(e.last_used_ms) <= idle_ms => break,
-                    _ => {}
-                }
-                if let Some(e) = inner.unlink(id) {
-                    inner.expired += 1;
-                    out.push(e.value);
-                } else if continued {
-                    inner.continued.remove(&tick);
-                } else {
-                    inner.fresh.remove(&tick);
-                }
-            }
-        }
-        out
+    /// Evicts the entries over `max_open` (after the limit was lowered),
+    /// in chunks of at most [`CHUNK`] per hold of the mutex, in the order
+    /// of eviction at the limit; hands each chunk's values to `dispose`,
+    /// outside the mutex; returns how many were evicted.
+    pub fn trim(&self, max_open: usize, dispose: impl FnMut(Vec<T>)) -> usize {
+        let keep = max_open.max(1);
+        self.in_chunks(
+            |inner, n, out| {
+                inner.evict_over(keep, n, out);
+                inner.entries.len() > keep
+            },
+            dispose,
+        )
+    }
+
+    /// Removes iterations idle for more than `idle_ms`, in chunks of at
+    /// most [`CHUNK`] per hold of the mutex; hands each chunk's values to
+    /// `dispose`, outside the mutex; returns how many expired.
+    pub fn expire_idle(&self, now_ms: u64, idle_ms: u64, dispose: impl FnMut(Vec<T>)) -> usize {
+        self.in_chunks(
+            |inner, n, out| expire_chunk(inner, now_ms, idle_ms, n, out),
+            dispose,
+        )
     }
 
     /// Ends up to `n` of the least recently used iterations and returns
     /// their values; their cursors are remembered (see
-    /// [`ended_by_eviction`](Self::ended_by_eviction)).
+    /// [`ended_by_eviction`](Self::ended_by_eviction)). At most [`CHUNK`]
+    /// per hold of the mutex.
     pub fn evict_lru(&self, n: usize) -> Vec<T> {
-        let mut g = self.lock();
-        let inner = &mut *g;
-        let mut out = Vec::new();
-        while out.len() < n {
-            let Some(id) = inner.lru() else { break };
-            let Some(e) = inner.unlink(id) else { break };
-            inner.evicted_memory += 1;
-            out.push(e.value);
-            if inner.tombs.insert(id) {
-                inner.tomb_order.push_back(id);
-            }
-            while inner.tomb_order.len() > TOMBSTONES {
-                if let Some(old) = inner.tomb_order.pop_front() {
-                    inner.tombs.remove(&old);
-                }
-            }
-        }
-        out
+        let mut all = Vec::new();
+        let mut left = n;
+        self.in_chunks(
+            |inner, chunk, out| {
+                let take = chunk.min(left);
+                evict_lru_chunk(inner, take, out);
+                left -= out.len();
+                left > 0
+            },
+            |values| all.extend(values),
+        );
+        all
     }
 
     /// Whether `id` was the cursor of an iteration ended by
@@ -334,6 +412,68 @@ impl<T> Registry<T> {
             evicted: g.evicted,
             expired: g.expired,
             evicted_memory: g.evicted_memory,
+        }
+    }
+}
+
+/// One chunk of [`Registry::expire_idle`]: ends at most `n` entries idle
+/// for more than `idle_ms`; whether some may be left.
+fn expire_chunk<T>(
+    inner: &mut Inner<T>,
+    now_ms: u64,
+    idle_ms: u64,
+    n: usize,
+    out: &mut Vec<T>,
+) -> bool {
+    let mut steps = 0;
+    for continued in [false, true] {
+        // Both orders are by insertion tick, which follows time.
+        loop {
+            if steps >= n {
+                return true;
+            }
+            let order = if continued {
+                &inner.continued
+            } else {
+                &inner.fresh
+            };
+            let Some((&tick, &id)) = order.first_key_value() else {
+                break;
+            };
+            match inner.entries.get(&id) {
+                Some(e) if now_ms.saturating_sub(e.last_used_ms) <= idle_ms => break,
+                _ => {}
+            }
+            steps += 1;
+            if let Some(e) = inner.unlink(id) {
+                inner.expired += 1;
+                out.push(e.value);
+            } else if continued {
+                inner.continued.remove(&tick);
+            } else {
+                inner.fresh.remove(&tick);
+            }
+        }
+    }
+    false
+}
+
+/// One chunk of [`Registry::evict_lru`]: ends up to `n` of the least
+/// recently used entries and remembers their cursors.
+fn evict_lru_chunk<T>(inner: &mut Inner<T>, n: usize, out: &mut Vec<T>) {
+    let start = out.len();
+    while out.len() - start < n {
+        let Some(id) = inner.lru() else { break };
+        let Some(e) = inner.unlink(id) else { break };
+        inner.evicted_memory += 1;
+        out.push(e.value);
+        if inner.tombs.insert(id) {
+            inner.tomb_order.push_back(id);
+        }
+        while inner.tomb_order.len() > TOMBSTONES {
+            if let Some(old) = inner.tomb_order.pop_front() {
+                inner.tombs.remove(&old);
+            }
         }
     }
 }
@@ -423,7 +563,7 @@ mod tests {
         r.insert_in('f', Some((2, 2)), 2, 1, 5, 3);
         assert_eq!(r.stats().open, 3);
         assert_eq!(r.groups_except(&[]), 2);
-        r.expire_idle(1000, 0);
+        assert_eq!(r.expire_idle(1000, 0, drop), 3);
         assert_eq!(r.groups_except(&[]), 0);
     }
 
@@ -466,10 +606,181 @@ mod tests {
         let (old, _) = r.insert(1, 0, 1, 0, 10);
         let (old2, _) = r.insert(2, 0, 3, 10, 10);
         let (new, _) = r.insert(3, 0, 1, 900, 10);
-        let gone = r.expire_idle(1000, 500);
-        assert_eq!(gone.len(), 2);
+        let mut gone = Vec::new();
+        assert_eq!(r.expire_idle(1000, 500, |v| gone.extend(v)), 2);
+        assert_eq!(gone, vec![1, 2]);
         assert!(r.take(old).is_none() && r.take(old2).is_none());
         assert!(r.take(new).is_some());
         assert_eq!(r.stats().expired, 2);
+    }
+
+    /// A registry whose mutex is free (checked from inside a `dispose`).
+    fn unlocked<T>(r: &Registry<T>) -> bool {
+        r.inner.try_lock().is_ok()
+    }
+
+    #[rstest]
+    #[case::far_over(5_000, 1)]
+    #[case::just_over(1_030, 1_024)]
+    #[case::exactly_one_chunk_over(2_048, 1_024)]
+    #[case::at_the_limit(100, 100)]
+    #[case::under_the_limit(10, 100)]
+    fn a_lowered_limit_is_reached_by_trimming_in_chunks(#[case] open: usize, #[case] limit: usize) {
+        let r = Registry::new(17);
+        for i in 0..open {
+            r.insert(i, 0, 1, i as u64, open);
+        }
+        let mut chunks = Vec::new();
+        let n = r.trim(limit, |v| {
+            assert!(unlocked(&r), "values are disposed of outside the lock");
+            chunks.push(v);
+        });
+        let surplus = open.saturating_sub(limit);
+        assert_eq!(n, surplus);
+        assert!(chunks.iter().all(|c| !c.is_empty() && c.len() <= CHUNK));
+        assert_eq!(chunks.len(), surplus.div_ceil(CHUNK));
+        // Oldest first, exactly the surplus.
+        let all: Vec<usize> = chunks.concat();
+        assert_eq!(all, (0..surplus).collect::<Vec<_>>());
+        assert_eq!(r.stats().open, open.min(limit));
+        assert_eq!(r.stats().evicted, surplus as u64);
+        assert_eq!(r.trim(limit, |_| panic!("nothing left over")), 0);
+    }
+
+    #[test]
+    fn an_insertion_far_over_a_lowered_limit_evicts_a_bounded_number() {
+        let r = Registry::new(19);
+        for i in 0..3_000u64 {
+            r.insert(i, 0, 1 + i % 2, i, 3_000);
+        }
+        let (_, evicted) = r.insert(9_999, 0, 1, 3_000, 1);
+        assert_eq!(evicted.len(), EVICT_PER_INSERT);
+        // Never-continued iterations first (even numbers were inserted
+        // with one page), oldest first.
+        assert!(evicted.iter().all(|v| v % 2 == 0));
+        assert_eq!(r.stats().open, 3_001 - EVICT_PER_INSERT);
+        // Each further insertion shrinks the surplus by EVICT_PER_INSERT - 1.
+        r.insert(10_000, 0, 1, 3_001, 1);
+        assert_eq!(r.stats().open, 3_002 - 2 * EVICT_PER_INSERT);
+        assert_eq!(r.trim(1, drop), 3_002 - 2 * EVICT_PER_INSERT - 1);
+        assert_eq!(r.stats().open, 1);
+    }
+
+    #[test]
+    fn idle_expiry_of_many_runs_in_chunks() {
+        let r = Registry::new(23);
+        let total = 3 * CHUNK + 5;
+        for i in 0..total {
+            // One in three continued; every one idle at t = 10^6.
+            r.insert(i, 0, 1 + (i % 3 == 0) as u64, i as u64, usize::MAX);
+        }
+        let (_, _) = r.insert(usize::MAX, 0, 1, 999_999, usize::MAX);
+        let mut sizes = Vec::new();
+        let n = r.expire_idle(1_000_000, 10, |v| {
+            assert!(unlocked(&r));
+            sizes.push(v.len());
+        });
+        assert_eq!(n, total);
+        assert_eq!(sizes, vec![CHUNK, CHUNK, CHUNK, 5]);
+        assert_eq!(r.stats().open, 1, "the recently used one stays");
+        assert_eq!(r.stats().expired, total as u64);
+    }
+
+    #[test]
+    fn lru_eviction_of_many_runs_in_chunks_and_keeps_its_order() {
+        let r = Registry::with_chunk(29, 7);
+        let ids: Vec<u64> = (0..50u64)
+            .map(|i| r.insert(i, 0, 1 + i % 2, i, 100).0)
+            .collect();
+        let gone = r.evict_lru(30);
+        assert_eq!(gone, (0..30).collect::<Vec<_>>());
+        assert!(ids[..30].iter().all(|&id| r.ended_by_eviction(id)));
+        assert_eq!(r.stats().open, 20);
+        assert_eq!(r.evict_lru(usize::MAX).len(), 20);
+    }
+
+    #[test]
+    fn a_waiting_caller_gets_the_lock_between_two_chunks() {
+        use std::sync::Arc;
+        let r = Arc::new(Registry::with_chunk(31, 100));
+        for i in 0..10_000u64 {
+            r.insert(i, 0, 1, i, usize::MAX);
+        }
+        let mut chunks = 0;
+        let mut caller = None;
+        r.trim(1, |_| {
+            chunks += 1;
+            if chunks > 1 {
+                return;
+            }
+            // A caller starts waiting for the lock (held here to make sure
+            // it waits) after the first chunk.
+            let g = r.lock_bulk();
+            let r2 = Arc::clone(&r);
+            caller = Some(std::thread::spawn(move || r2.stats().open));
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while r.waiting.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
+                std::thread::yield_now();
+            }
+            assert_eq!(r.waiting.load(Ordering::SeqCst), 1, "the caller waits");
+            drop(g);
+        });
+        let seen = caller.expect("spawned").join().expect("no panic");
+        // It got in before the trim was over (100 of 10,000 ended per chunk).
+        assert!(seen > 1, "the waiting caller saw {seen} open");
+        assert_eq!(chunks, 100);
+        assert_eq!(r.stats().open, 1);
+    }
+
+    proptest::proptest! {
+        /// Whatever the entries, the limit and the chunk: trimming ends
+        /// exactly the surplus, fresh before continued and oldest first,
+        /// never more than a chunk per hold; expiry ends exactly the idle
+        /// ones, a chunk at most per hold.
+        #[test]
+        fn bulk_removals_are_exact_and_chunked(
+            pages in proptest::collection::vec((1u64..4, 0u64..1000), 0..300),
+            limit in 1usize..350,
+            chunk in 1usize..40,
+            idle in 0u64..1000,
+        ) {
+            let r = Registry::with_chunk(37, chunk);
+            // Times ascending, as inserts happen.
+            let mut times: Vec<u64> = pages.iter().map(|p| p.1).collect();
+            times.sort_unstable();
+            for (i, (&(p, _), &t)) in pages.iter().zip(&times).enumerate() {
+                r.insert((i, p > 1, t), 0, p, t, usize::MAX);
+            }
+            let n = pages.len();
+            let mut order = Vec::new();
+            let trimmed = r.trim(limit, |v| {
+                assert!(v.len() <= chunk);
+                order.extend(v);
+            });
+            proptest::prop_assert_eq!(trimmed, n.saturating_sub(limit));
+            let mut want: Vec<(usize, bool, u64)> =
+                (0..n).map(|i| (i, pages[i].0 > 1, times[i])).collect();
+            want.sort_by_key(|&(i, continued, _)| (continued, i));
+            want.truncate(trimmed);
+            proptest::prop_assert_eq!(&order, &want);
+            proptest::prop_assert_eq!(r.stats().open, n.min(limit));
+
+            let now = 1000;
+            let left: Vec<(usize, bool, u64)> = (0..n)
+                .map(|i| (i, pages[i].0 > 1, times[i]))
+                .filter(|e| !want.contains(e))
+                .collect();
+            let mut expired = Vec::new();
+            let count = r.expire_idle(now, idle, |v| {
+                assert!(v.len() <= chunk);
+                expired.extend(v);
+            });
+            let mut want_expired: Vec<_> =
+                left.iter().copied().filter(|e| now - e.2 > idle).collect();
+            want_expired.sort_by_key(|&(i, continued, _)| (continued, i));
+            proptest::prop_assert_eq!(count, want_expired.len());
+            proptest::prop_assert_eq!(expired, want_expired);
+            proptest::prop_assert_eq!(r.stats().open, left.len() - count);
+        }
     }
 }

@@ -154,6 +154,16 @@ impl SlotSet {
 /// plus the slots `myself` is importing the old way (`[slot-<-node]`),
 /// whose keys `SCAN` shows. `None` if there is no `myself` line.
 pub fn served_from_nodes(text: &str) -> Option<SlotSet> {
+    slots_from_nodes(text, true)
+}
+
+/// The slots a `CLUSTER NODES` reply says this node (a replica: its
+/// primary) owns: [`served_from_nodes`] without the slots it imports.
+pub fn owned_from_nodes(text: &str) -> Option<SlotSet> {
+    slots_from_nodes(text, false)
+}
+
+fn slots_from_nodes(text: &str, imports: bool) -> Option<SlotSet> {
     let lines: Vec<Vec<&str>> = text
         .lines()
         .map(|l| l.split_ascii_whitespace().collect())
@@ -176,7 +186,7 @@ pub fn served_from_nodes(text: &str) -> Option<SlotSet> {
             add_slot_field(&mut set, field, true);
         }
     }
-    if !replica {
+    if imports && !replica {
         for field in &me[8..] {
             add_slot_field(&mut set, field, false);
         }
@@ -308,6 +318,8 @@ e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca 127.0.0.1:30001@31001 myself,master - 0
     fn a_primary_serves_its_slots_and_those_it_imports() {
         let s = served_from_nodes(NODES).unwrap();
         assert_eq!(s.ranges_text(), "0-5461");
+        let owned = owned_from_nodes(NODES).unwrap();
+        assert_eq!(owned.ranges_text(), "0-5460", "owned: not the import");
     }
 
     #[test]
@@ -317,6 +329,8 @@ e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca 127.0.0.1:30001@31001 myself,master - 0
             .replace(" slave ", " myself,slave ");
         let s = served_from_nodes(&text).unwrap();
         assert_eq!(s.ranges_text(), "0-5460");
+        assert_eq!(owned_from_nodes(&text), Some(s));
         assert!(served_from_nodes("garbage").is_none());
+        assert!(owned_from_nodes("garbage").is_none());
     }
 }

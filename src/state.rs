@@ -369,8 +369,9 @@ fn indexer_tick(m: &Module) {
     bound_retained(m);
 }
 
-/// Drops idle cursors every 250 ms, forever, on its own thread. It touches
-/// only the cursor registry, never server state. It also bounds retained
+/// Drops idle cursors (and those over a lowered limit) every 250 ms,
+/// forever, on its own thread. It touches only the cursor registry, never
+/// server state. It also bounds retained
 /// snapshot memory and restarts missing threads.
 pub fn start_janitor() {
     let Some(m) = try_get() else { return };
@@ -383,8 +384,13 @@ pub fn start_janitor() {
                     panic!("injected fault (test hook)");
                 }
                 let idle_ms = config::get(&config::IDLE_TIMEOUT) as u64 * 1000;
-                drop(m.cursors.expire_idle(m.mono_ms(), idle_ms));
-                drop(m.hash_cursors.expire_idle(m.mono_ms(), idle_ms));
+                m.cursors.expire_idle(m.mono_ms(), idle_ms, drop);
+                m.hash_cursors.expire_idle(m.mono_ms(), idle_ms, drop);
+                // The surplus over a lowered snapshot.max-open-cursors
+                // (insertions evict only a few at a time).
+                let max_open = config::get(&config::MAX_OPEN);
+                m.cursors.trim(max_open, drop);
+                m.hash_cursors.trim(max_open, drop);
                 m.watches.sweep();
                 bound_retained(m);
                 ensure_threads(m);

@@ -383,3 +383,117 @@ fn failover_under_writes_keeps_every_node_exact() {
     c.assert_exact_everywhere("after failover");
     assert!(c.current_primaries().contains(&3));
 }
+
+/// SNAPSHOT.UNLINK on a node importing a slot the legacy way (SETSLOT
+/// IMPORTING): the snapshot shows the imported keys (as SCAN does), but the
+/// server lets no module write them, so they are skipped (counted in INFO)
+/// and every key of the node's own slots is unlinked; DRYRUN counts the
+/// same. Once the slot is the node's, its keys go too. A refused `UNLINK`
+/// (the cluster down) answers the server's own error text.
+#[test]
+fn unlink_on_an_importing_node_skips_the_imported_keys() {
+    let c = Cluster::start(2, 0);
+    let (src, dst) = (&c.nodes[0], &c.nodes[1]);
+    let (own, imported) = (slots_of(&c, 1)[0], slots_of(&c, 0)[0]);
+    let own_keys = keys_in_slot(own, 5);
+    let imported_keys = keys_in_slot(imported, 3);
+    let mut cc = c.client();
+    for k in own_keys.iter().chain(&imported_keys) {
+        cc.set(k, "v");
+    }
+    let (mut cs, mut cd) = (src.client(), dst.client());
+    let s = imported.to_string();
+    let _: () = query(&mut cd, &["CLUSTER", "SETSLOT", &s, "IMPORTING", c.id(0)]).unwrap();
+    let _: () = query(&mut cs, &["CLUSTER", "SETSLOT", &s, "MIGRATING", c.id(1)]).unwrap();
+    let mut args: Vec<String> = ["MIGRATE", "127.0.0.1", &dst.port().to_string(), "", "0"]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    args.extend(["5000".into(), "KEYS".into()]);
+    args.extend(imported_keys.iter().cloned());
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let _: Value = query(&mut cs, &refs).expect("MIGRATE");
+    // The target's snapshot shows the imported keys once it has read the
+    // import from the topology.
+    wait_until(
+        "the import in the target's snapshot",
+        TOPOLOGY_TIMEOUT,
+        || snapshot_keys(&mut cd).len() == own_keys.len() + imported_keys.len(),
+    );
+    let unlink = |con: &mut redis::Connection, extra: &[&str]| -> i64 {
+        let mut a = vec!["SNAPSHOT.UNLINK", "*"];
+        a.extend(extra);
+        query(con, &a).unwrap_or_else(|e| panic!("{a:?}: {}", err_text(&e)))
+    };
+    let not_owned = |con: &mut redis::Connection| {
+        let info = cmd_str(con, &["INFO", "snapshot"]);
+        info_field(&info, "snapshot_unlink_keys_not_owned")
+            .and_then(|v| v.parse::<u64>().ok())
+            .expect("snapshot_unlink_keys_not_owned in INFO")
+    };
+    assert_eq!(not_owned(&mut cd), 0);
+    assert_eq!(unlink(&mut cd, &["DRYRUN"]), own_keys.len() as i64);
+    assert_eq!(not_owned(&mut cd), imported_keys.len() as u64);
+    assert_eq!(unlink(&mut cd, &[]), own_keys.len() as i64);
+    assert_eq!(not_owned(&mut cd), 2 * imported_keys.len() as u64);
+    let mut left: Vec<Vec<u8>> = native_keys(&mut cd);
+    left.sort();
+    let mut want: Vec<Vec<u8>> = imported_keys
+        .iter()
+        .map(|k| k.clone().into_bytes())
+        .collect();
+    want.sort();
+    assert_eq!(
+        left, want,
+        "the imported keys stay, the node's own are gone"
+    );
+
+    // The slot becomes the target's: its keys go too (once the module has
+    // read the new topology; until then calls unlink nothing).
+    for n in [&mut cd, &mut cs] {
+        let _: () = query(n, &["CLUSTER", "SETSLOT", &s, "NODE", c.id(1)]).unwrap();
+    }
+    let mut unlinked = 0;
+    wait_until(
+        "the slot's keys unlinked once owned",
+        TOPOLOGY_TIMEOUT,
+        || {
+            unlinked += unlink(&mut cd, &[]);
+            unlinked >= imported_keys.len() as i64
+        },
+    );
+    assert_eq!(unlinked, imported_keys.len() as i64);
+    assert!(native_keys(&mut cd).is_empty());
+
+    // The cluster down (a slot of the target unassigned, full coverage
+    // required): the server refuses the module's UNLINK; the caller gets
+    // the count so far (none) and the server's reason.
+    for k in &own_keys {
+        cc.set(k, "v");
+    }
+    let _: () = query(
+        &mut cd,
+        &["CONFIG", "SET", "cluster-require-full-coverage", "yes"],
+    )
+    .unwrap();
+    let spare = slots_of(&c, 1)[1].to_string();
+    let _: () = query(&mut cd, &["CLUSTER", "DELSLOTS", &spare]).unwrap();
+    wait_until("the target's cluster down", TOPOLOGY_TIMEOUT, || {
+        let info = cmd_str(&mut cd, &["CLUSTER", "INFO"]);
+        info_field(&info, "cluster_state").as_deref() == Some("fail")
+    });
+    let err = match query::<Value>(&mut cd, &["SNAPSHOT.UNLINK", "*"]) {
+        Ok(v) => panic!("SNAPSHOT.UNLINK on a down cluster replied {v:?}"),
+        Err(e) => err_text(&e),
+    };
+    let reason = err
+        .strip_prefix("ERR snapscan: UNLINK failed after 0 keys: ")
+        .unwrap_or_else(|| panic!("unexpected error {err:?}"));
+    // Valkey and Redis word it "Attempted to access a non local key in a
+    // cluster node" or "... while the cluster is down".
+    assert!(
+        reason.starts_with("ERR ") && reason.to_ascii_lowercase().contains("cluster"),
+        "the server's own reason, not a generic one: {err:?}"
+    );
+    assert_eq!(native_keys(&mut cd).len(), own_keys.len());
+}

@@ -26,6 +26,11 @@ const BATCH: usize = 64;
 /// Keys the worker hands over at a time.
 const PAGE: usize = 4096;
 
+/// Keys skipped because their slot is not this node's (for INFO): keys of
+/// a slot it imports the legacy way, which `SCAN` (and the snapshot) shows
+/// but the server lets no module's call write.
+static KEYS_NOT_OWNED: AtomicU64 = AtomicU64::new(0);
+
 const IN_TRANSACTION: &str =
     "ERR SNAPSHOT.UNLINK cannot run inside MULTI, scripts or functions (it deletes in slices between other clients' commands)";
 
@@ -69,8 +74,9 @@ impl Found {
 /// the snapshot matching the pattern (and type); the main thread unlinks
 /// them through the server's own UNLINK in slices of at most
 /// `snapshot.unlink-batch` keys or about [`SLICE_TIME`], one per turn of the event
-/// loop, skipping keys the caller may not write and keys written since the
-/// call. The caller waits for the count.
+/// loop, skipping keys the caller may not write, keys written since the
+/// call and (in cluster mode) keys of slots this node does not own. The
+/// caller waits for the count.
 pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     if args.len() < 2 {
         return Err(CmdError::WrongArity);
@@ -263,6 +269,8 @@ impl Task {
         // Looked up again every slice: the user may be changed or deleted
         // meanwhile (then nothing more is deleted).
         let user = User::by_name(ctx, &self.user);
+        // Cluster mode: the slots owned now (`None`: every key is).
+        let owned = crate::cluster::owned_slots();
         let (started, mut handled) = (Instant::now(), 0usize);
         let slice_keys = crate::config::get(&UNLINK_BATCH).max(1);
         while handled < slice_keys && started.elapsed() < SLICE_TIME {
@@ -285,6 +293,10 @@ impl Task {
                     Module::bump(&stats.keys_written, 1);
                     continue;
                 }
+                if owned.as_ref().is_some_and(|o| !o.holds_key(k.as_bytes())) {
+                    Module::bump(&KEYS_NOT_OWNED, 1);
+                    continue;
+                }
                 let Some(name) = OwnedString::new(ctx, k.as_bytes()) else {
                     continue;
                 };
@@ -304,17 +316,17 @@ impl Task {
             let deleting = self.tracking.deleting();
             let r = unlink_names(ctx, names);
             drop(deleting);
-            match r {
-                Ok(n) => {
-                    self.count += n;
-                    Module::bump(&stats.keys_unlinked, n);
-                }
-                Err(e) => {
-                    return self.answer(Err(format!(
-                        "ERR snapscan: UNLINK failed after {} keys: {e}",
-                        self.count
-                    )))
-                }
+            let (n, failed) = match r {
+                Ok(n) => (n, None),
+                Err((n, e)) => (n, Some(e)),
+            };
+            self.count += n;
+            Module::bump(&stats.keys_unlinked, n);
+            if let Some(e) = failed {
+                return self.answer(Err(format!(
+                    "ERR snapscan: UNLINK failed after {} keys: {e}",
+                    self.count
+                )));
             }
         }
         mainloop::Next::Again
@@ -333,27 +345,40 @@ impl Task {
     }
 }
 
-/// SNAPSHOT.UNLINK figures for INFO.
 /// `UNLINK`s `names` through the server. In cluster mode one call per
 /// hash slot: the server refuses a multi-key call across slots (CROSSSLOT).
-fn unlink_names(ctx: Ctx, names: Vec<OwnedString>) -> Result<u64, String> {
+/// A failed call stops there: `Err((keys unlinked before it, the server's
+/// error))`.
+fn unlink_names(ctx: Ctx, names: Vec<OwnedString>) -> Result<u64, (u64, String)> {
     if !ffi::server::cluster_mode(ctx) {
-        return server::unlink(ctx, &names);
+        return server::unlink(ctx, &names).map_err(|e| (0, e));
     }
     let mut by_slot: Vec<(u16, OwnedString)> = names
         .into_iter()
         .map(|n| (crate::slot::key_slot(ffi::string_bytes(n.ptr())), n))
         .collect();
     by_slot.sort_by_key(|(slot, _)| *slot);
-    let mut total = 0;
-    for run in by_slot.chunk_by(|a, b| a.0 == b.0) {
+    sum_runs(by_slot.chunk_by(|a, b| a.0 == b.0), |run| {
         let run: Vec<&OwnedString> = run.iter().map(|(_, n)| n).collect();
-        total += server::unlink_refs(ctx, &run)?;
+        server::unlink_refs(ctx, &run)
+    })
+}
+
+/// Calls `call` on each run in turn and adds up what each unlinked; the
+/// first failure stops there: `Err((the total before it, its error))`.
+fn sum_runs<R>(
+    runs: impl IntoIterator<Item = R>,
+    mut call: impl FnMut(R) -> Result<u64, String>,
+) -> Result<u64, (u64, String)> {
+    let mut total = 0;
+    for run in runs {
+        total += call(run).map_err(|e| (total, e))?;
     }
     Ok(total)
 }
 
-pub fn info_figures(m: &Module) -> [(&'static str, u64); 9] {
+/// SNAPSHOT.UNLINK figures for INFO.
+pub fn info_figures(m: &Module) -> [(&'static str, u64); 10] {
     let s = &m.watches.touched.stats;
     let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
     [
@@ -361,10 +386,36 @@ pub fn info_figures(m: &Module) -> [(&'static str, u64); 9] {
         ("unlink_keys_unlinked", get(&s.keys_unlinked)),
         ("unlink_keys_denied", get(&s.keys_denied)),
         ("unlink_keys_written_since", get(&s.keys_written)),
+        ("unlink_keys_not_owned", get(&KEYS_NOT_OWNED)),
         ("unlink_stopped_early", get(&s.stopped)),
         ("unlink_longest_slice_us", get(&s.longest_slice_us)),
         ("unlink_longest_slice_cpu_us", get(&s.longest_slice_cpu_us)),
         ("unlink_slices", get(&s.slices)),
         ("unlink_slices_blocked", get(&s.slices_blocked)),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sum_runs;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case::all_succeed(vec![Ok(2), Ok(0), Ok(3)], Ok(5), 3)]
+    #[case::first_fails(vec![Err("E1"), Ok(2)], Err((0, "E1")), 1)]
+    #[case::a_later_one_fails(vec![Ok(2), Ok(1), Err("E2"), Ok(4)], Err((3, "E2")), 3)]
+    #[case::none(vec![], Ok(0), 0)]
+    fn a_failed_run_keeps_the_total_before_it_and_stops(
+        #[case] results: Vec<Result<u64, &str>>,
+        #[case] want: Result<u64, (u64, &str)>,
+        #[case] calls: usize,
+    ) {
+        let mut made = 0;
+        let got = sum_runs(results, |r| {
+            made += 1;
+            r.map_err(str::to_string)
+        });
+        assert_eq!(got, want.map_err(|(n, e)| (n, e.to_string())));
+        assert_eq!(made, calls, "no call after the failed one");
+    }
 }

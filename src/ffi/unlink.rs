@@ -87,7 +87,9 @@ impl Drop for User {
 
 /// `UNLINK key...` through the server, in the database selected on `ctx`,
 /// propagated to replicas and the AOF like the client's own command would
-/// be; returns how many keys it removed.
+/// be; returns how many keys it removed, or the server's error text (the
+/// `E` flag: a refusal before the command runs, such as a key of a slot
+/// this node does not own, comes back as an error reply, not a bare NULL).
 #[allow(
     clippy::not_unsafe_ptr_arg_deref,
     reason = "ctx is a live main-thread context (a timer callback's) with the server lock held"
@@ -104,18 +106,24 @@ pub fn unlink(ctx: Ctx, keys: &[OwnedString]) -> Result<u64, String> {
 pub fn unlink_refs(ctx: Ctx, keys: &[&OwnedString]) -> Result<u64, String> {
     let call = api!(RedisModule_Call).ok_or("no RM_Call")?;
     let mut argv: Vec<*mut raw::RedisModuleString> = keys.iter().map(|k| k.ptr()).collect();
-    // SAFETY: main thread (a timer callback); "!v" consumes an array of
+    // SAFETY: main thread (a timer callback); "!vE" consumes an array of
     // live strings and its length, exactly as passed.
     let r = unsafe {
         call(
             ctx,
             c"UNLINK".as_ptr(),
-            c"!v".as_ptr(),
+            c"!vE".as_ptr(),
             argv.as_mut_ptr(),
             argv.len(),
         )
     };
-    let r = CallReply::new(r).ok_or("UNLINK failed")?;
+    let r = CallReply::new(r).ok_or_else(|| {
+        // Servers without the `E` flag: only errno tells why.
+        format!(
+            "UNLINK refused by the server ({})",
+            std::io::Error::last_os_error()
+        )
+    })?;
     if reply_type(r.0) != raw::REDISMODULE_REPLY_INTEGER {
         return Err(String::from_utf8_lossy(super::call::bytes(r.0)).into_owned());
     }
