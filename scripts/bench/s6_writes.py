@@ -223,7 +223,7 @@ def run(ctx):
     noop = noop_module(ctx.tmp)
     sizes = [(1_000_000, ctx.pick(300_000, 1_000_000))]
     if not ctx.quick:
-        need_kb = 3 * 10_000_000 * 250 // 1024  # three servers, generous
+        need_kb = len(ARMS) * 10_000_000 * 250 // 1024  # one server per arm, generous
         if mem_available_kb() > need_kb:
             sizes.append((10_000_000, 1_000_000))
         else:
