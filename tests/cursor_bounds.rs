@@ -14,14 +14,6 @@ use std::time::Duration;
 const OPEN: usize = 3_000;
 const POLL: Duration = Duration::from_secs(30);
 
-fn info_u64(con: &mut Connection, name: &str) -> u64 {
-    let info = cmd_str(con, &["INFO", "snapshot"]);
-    info_field(&info, name)
-        .unwrap_or_else(|| panic!("no {name} in INFO snapshot"))
-        .parse()
-        .unwrap_or_else(|e| panic!("{name}: {e}"))
-}
-
 fn page(con: &mut Connection, cursor: &str) -> (String, Vec<String>) {
     redis::cmd("SNAPSHOT.SCAN")
         .arg(cursor)

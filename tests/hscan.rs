@@ -39,14 +39,6 @@ fn unknown_cursor(c: &str) -> String {
     format!("ERR cursor {c} {UNKNOWN_TAIL}")
 }
 
-fn info_u64(con: &mut Connection, name: &str) -> u64 {
-    let info = cmd_str(con, &["INFO", "snapshot"]);
-    info_field(&info, name)
-        .unwrap_or_else(|| panic!("no {name} in INFO snapshot:\n{info}"))
-        .parse()
-        .unwrap_or_else(|e| panic!("{name}: {e}"))
-}
-
 fn config_set(con: &mut Connection, name: &str, value: &str) {
     let _: () = query(con, &["CONFIG", "SET", name, value])
         .unwrap_or_else(|e| panic!("CONFIG SET {name} {value}: {}", err_text(&e)));

@@ -8,13 +8,6 @@ use common::*;
 use redis::{Connection, Value};
 use std::time::{Duration, Instant};
 
-fn info_u64(con: &mut Connection, name: &str) -> u64 {
-    let info = cmd_str(con, &["INFO", "snapshot"]);
-    info_field(&info, name)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(u64::MAX)
-}
-
 fn idle_server(timeout: &str) -> Server {
     Server::start_with(ServerOpts::new().module_args(&["index-idle-timeout", timeout]))
 }

@@ -31,14 +31,6 @@ fn start(opts: ServerOpts, fail_spawns: Option<usize>) -> Server {
     server
 }
 
-fn info_u64(con: &mut Connection, name: &str) -> u64 {
-    let info = cmd_str(con, &["INFO", "snapshot"]);
-    info_field(&info, name)
-        .unwrap_or_else(|| panic!("no {name} in INFO snapshot:\n{info}"))
-        .parse()
-        .unwrap_or_else(|e| panic!("{name}: {e}"))
-}
-
 fn hook(con: &mut Connection, args: &[&str]) {
     let mut full = vec!["SNAPSHOT.TESTHOOK"];
     full.extend_from_slice(args);

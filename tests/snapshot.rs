@@ -135,14 +135,6 @@ fn dbsize(con: &mut Connection) -> i64 {
     query(con, &["DBSIZE"]).expect("DBSIZE")
 }
 
-fn info_u64(con: &mut Connection, name: &str) -> u64 {
-    let info = cmd_str(con, &["INFO", "snapshot"]);
-    info_field(&info, name)
-        .unwrap_or_else(|| panic!("no {name} in INFO snapshot:\n{info}"))
-        .parse()
-        .unwrap_or_else(|e| panic!("{name}: {e}"))
-}
-
 fn ok(con: &mut Connection, args: &[&str]) {
     let _: Value = query(con, args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
 }

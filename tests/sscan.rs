@@ -321,14 +321,6 @@ fn scan_next(con: &mut redis::Connection, cursor: &str) -> String {
     next
 }
 
-fn info_u64(con: &mut redis::Connection, name: &str) -> u64 {
-    let info = cmd_str(con, &["INFO", "snapshot"]);
-    info_field(&info, name)
-        .unwrap_or_else(|| panic!("no {name} in INFO"))
-        .parse()
-        .expect("a number")
-}
-
 /// README: open iterations of SNAPSHOT.HSCAN, SSCAN and ZSCAN share one pool
 /// of `snapshot.max-open-cursors`, separate from SNAPSHOT.SCAN's. At a limit
 /// of 2, a third collection iteration ends the oldest collection one, and

@@ -40,14 +40,6 @@ fn dbsize(con: &mut Connection) -> i64 {
     query(con, &["DBSIZE"]).unwrap()
 }
 
-fn info_u64(con: &mut Connection, name: &str) -> u64 {
-    let info = cmd_str(con, &["INFO", "snapshot"]);
-    info_field(&info, name)
-        .unwrap_or_else(|| panic!("no {name} in INFO"))
-        .parse()
-        .unwrap()
-}
-
 fn populate(con: &mut Connection, n: usize) {
     let _: () = query(con, &["DEBUG", "POPULATE", &n.to_string(), "key"]).unwrap();
     // The index has taken in the new keys (its own work, not measured here).

@@ -6,7 +6,6 @@
 mod common;
 
 use common::*;
-use redis::Connection;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,14 +14,6 @@ const POLL: Duration = Duration::from_secs(30);
 /// Keys `key:0`..`key:N-1`, deleted 5 per slice: the deletion takes
 /// thousands of turns of the event loop, and reaches `key:999x` last.
 const KEYS: usize = 20_000;
-
-fn info_u64(con: &mut Connection, name: &str) -> u64 {
-    let info = cmd_str(con, &["INFO", "snapshot"]);
-    info_field(&info, name)
-        .unwrap_or_else(|| panic!("no {name} in INFO"))
-        .parse()
-        .expect("a number")
-}
 
 #[test]
 fn keys_renamed_copied_or_moved_in_after_the_call_are_left_alone() {

@@ -474,6 +474,16 @@ pub fn info_field(info: &str, name: &str) -> Option<String> {
     })
 }
 
+/// A numeric field of `INFO snapshot` (`snapshot_...`); panics, with the
+/// section, if it is missing or not a number.
+pub fn info_u64(con: &mut Connection, name: &str) -> u64 {
+    let info = cmd_str(con, &["INFO", "snapshot"]);
+    info_field(&info, name)
+        .unwrap_or_else(|| panic!("no {name} in INFO snapshot:\n{info}"))
+        .parse()
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
 /// Names of the loaded modules (Redis 8.2 also lists `vectorset`, Valkey 9.1 `lua`).
 pub fn module_names(con: &mut Connection) -> Vec<String> {
     let modules: Vec<Vec<Value>> = query(con, &["MODULE", "LIST"]).expect("MODULE LIST");
