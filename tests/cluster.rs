@@ -383,3 +383,35 @@ fn failover_under_writes_keeps_every_node_exact() {
     c.assert_exact_everywhere("after failover");
     assert!(c.current_primaries().contains(&3));
 }
+
+/// Review finding (fails today): a collection larger than
+/// `snapshot.hash-copy-batch` is copied in slices through a detached
+/// context whose client lacks READONLY, so on a cluster replica the
+/// slice's RM_Call is redirected (getNodeByQuery) and the copy fails,
+/// while native HSCAN on the same READONLY connection works.
+#[test]
+fn review_hscan_of_a_large_hash_on_a_cluster_replica() {
+    let c = Cluster::start(1, 1);
+    let mut p = c.nodes[0].client();
+    let mut args: Vec<String> = vec!["HSET".into(), "big".into()];
+    for i in 0..3000 {
+        args.push(format!("f{i}"));
+        args.push(format!("v{i}"));
+    }
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let _: i64 = query(&mut p, &a).unwrap();
+    wait_until("replica in sync", TOPOLOGY_TIMEOUT, || c.replicas_in_sync());
+    let mut r = c.nodes[1].client();
+    let _: () = query(&mut r, &["READONLY"]).unwrap();
+    let native: Value = query(&mut r, &["HSCAN", "big", "0"]).unwrap();
+    assert!(
+        matches!(native, Value::Array(_)),
+        "native HSCAN on the replica: {native:?}"
+    );
+    let snap = query::<Value>(&mut r, &["SNAPSHOT.HSCAN", "big", "0", "COUNT", "5"]);
+    assert!(
+        snap.is_ok(),
+        "SNAPSHOT.HSCAN on the replica: {:?}",
+        snap.map_err(|e| err_text(&e))
+    );
+}
