@@ -42,8 +42,8 @@ const ZSCAN_STEP: usize = 1000;
 /// a misbehaving one).
 const MAX_CALLS: usize = 1 << 24;
 /// `RedisModule_ScanKey` calls a slice may make per element it wants (each
-/// call visits one bucket of the table, empty or not; native `HSCAN` allows
-/// `COUNT * 10` bucket visits the same way).
+/// call walks one step of the table's cursor, one bucket or so, empty or
+/// not; native `HSCAN` allows `COUNT * 10` steps the same way).
 const CALLS_PER_ELEMENT: usize = 10;
 /// How a slice opens the key: no side effects (no LRU/LFU touch, no
 /// keyspace-miss event, no stats, no lazy expiry or field reclaim).
@@ -166,8 +166,8 @@ fn scan_slice(
 
 /// A `RedisModule_ScanKey` cursor over one collection, kept between
 /// slices (the key is opened again for each): a slice runs on any context,
-/// the caller's or one of the module's own, and the server's cluster
-/// checks do not apply (see the module docs). Like `HSCAN`'s cursor it
+/// the caller's or one of the module's own, and no cluster check applies
+/// (see the top of this file). Like `HSCAN`'s cursor it
 /// returns every element present from the first slice to the last at
 /// least once, whatever rehashing happens in between (duplicates are
 /// removed by the [`Builder`]); an element written meanwhile may or may not
