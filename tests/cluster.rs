@@ -498,6 +498,18 @@ fn large_collections_on_a_readonly_replica() {
         sorted_pairs(&zscan),
         "SNAPSHOT.ZSCAN = ZSCAN"
     );
+    // Inside MULTI and a read-only script the copy is made inline, through
+    // the caller's (READONLY) client.
+    let _: () = query(&mut r, &["MULTI"]).unwrap();
+    let _: () = query(&mut r, &["SNAPSHOT.HSCAN", "h", "0", "COUNT", "100000"]).unwrap();
+    let exec: Vec<(String, Vec<Vec<u8>>)> = query(&mut r, &["EXEC"])
+        .unwrap_or_else(|e| panic!("MULTI on the replica: {}", err_text(&e)));
+    assert_eq!(sorted_pairs(&exec[0].1), sorted_pairs(&hgetall), "in MULTI");
+    let script = "return redis.call('SNAPSHOT.HSCAN', KEYS[1], '0', 'COUNT', '100000')";
+    let (next, got): (String, Vec<Vec<u8>>) = query(&mut r, &["EVAL_RO", script, "1", "h"])
+        .unwrap_or_else(|e| panic!("EVAL_RO on the replica: {}", err_text(&e)));
+    assert_eq!(next, "0");
+    assert_eq!(sorted_pairs(&got), sorted_pairs(&hgetall), "in EVAL_RO");
 
     // Fields w0, w1, ... added one by one on the primary while the replica
     // copies: every copy holds w0..w<k> for some k, and all of f0..f2999.
