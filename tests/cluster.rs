@@ -526,6 +526,11 @@ fn large_collections_on_a_readonly_replica() {
         }
         n
     });
+    wait_until(
+        "the writer's fields on the replica",
+        TOPOLOGY_TIMEOUT,
+        || query::<i64>(&mut r, &["HEXISTS", "h", "w0"]).unwrap() == 1,
+    );
     let retries_before = info_u64(&c.nodes[1], "snapshot_hash_copy_retries");
     let mut sizes = Vec::new();
     for round in 0..8 {
