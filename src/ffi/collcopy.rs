@@ -167,13 +167,12 @@ fn scan_slice(
 /// A `RedisModule_ScanKey` cursor over one collection, kept between
 /// slices (the key is opened again for each): a slice runs on any context,
 /// the caller's or one of the module's own, and no cluster check applies
-/// (see the top of this file). Like `HSCAN`'s cursor it
-/// returns every element present from the first slice to the last at
-/// least once, whatever rehashing happens in between (duplicates are
-/// removed by the [`Builder`]); an element written meanwhile may or may not
-/// be, so the caller restarts the cursor when the collection changes.
-/// Destroyed on drop; used on the main thread (or with the server lock
-/// held) only.
+/// (see the top of this file). Like `HSCAN`'s cursor it returns every
+/// element present from the first slice to the last at least once,
+/// whatever rehashing happens in between (duplicates are removed by the
+/// [`Builder`]); an element written meanwhile may or may not be, so the
+/// caller restarts the cursor when the collection changes. Destroyed on
+/// drop; used on the main thread (or with the server lock held) only.
 pub struct KeyCursor(*mut raw::RedisModuleScanCursor);
 
 impl KeyCursor {
