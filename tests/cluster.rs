@@ -497,3 +497,229 @@ fn unlink_on_an_importing_node_skips_the_imported_keys() {
     );
     assert_eq!(native_keys(&mut cd).len(), own_keys.len());
 }
+
+/// `cmd key <cursor> extra...` pages through `con` from cursor 0 to the
+/// end, sending `ASKING` before each page when `asking`; returns the flat
+/// elements of every page.
+fn pages(
+    con: &mut redis::Connection,
+    cmd: &str,
+    key: &str,
+    extra: &[&str],
+    asking: bool,
+) -> Vec<Vec<u8>> {
+    let mut cursor = "0".to_string();
+    let mut out = Vec::new();
+    for _ in 0..100_000 {
+        if asking {
+            let _: () = query(con, &["ASKING"]).unwrap();
+        }
+        let mut args = vec![cmd, key, &cursor];
+        args.extend_from_slice(extra);
+        let (next, page): (String, Vec<Vec<u8>>) =
+            query(con, &args).unwrap_or_else(|e| panic!("{args:?}: {}", err_text(&e)));
+        out.extend(page);
+        if next == "0" {
+            return out;
+        }
+        cursor = next;
+    }
+    panic!("{cmd} {key} did not finish");
+}
+
+/// `[a, b, c, d, ...]` as sorted `(a, b), (c, d)` pairs.
+fn sorted_pairs(flat: &[Vec<u8>]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    sorted(
+        &flat
+            .chunks(2)
+            .map(|kv| (kv[0].clone(), kv[1].clone()))
+            .collect::<Vec<_>>(),
+    )
+}
+
+/// `HSET key f0 v0 ... f<n-1> v<n-1>` through `con`.
+fn hset_fields(con: &mut redis::Connection, key: &str, n: usize) {
+    let mut args: Vec<String> = vec!["HSET".into(), key.into()];
+    for i in 0..n {
+        args.push(format!("f{i}"));
+        args.push(format!("v{i}"));
+    }
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let added: i64 = query(con, &a).unwrap();
+    assert_eq!(added, n as i64);
+}
+
+/// SNAPSHOT.HSCAN/SSCAN/ZSCAN on a READONLY cluster replica, of collections
+/// larger than `snapshot.hash-copy-batch`: the copy's later slices run on
+/// the module's own context, whose client is not READONLY; they used to
+/// go through RM_Call HSCAN, whose cluster check redirected them ("cannot
+/// copy the hash: the scan call failed", review finding). Each iteration
+/// equals the native read on the same connection. Then, while the primary
+/// adds fields one by one, each copy the replica makes holds a prefix of
+/// them (the hash at one instant: slices restart, or end in one hold).
+#[test]
+fn large_collections_on_a_readonly_replica() {
+    let c = Cluster::start(1, 1);
+    let mut p = c.nodes[0].client();
+    hset_fields(&mut p, "h", 3000);
+    let mut args: Vec<String> = vec!["SADD".into(), "s".into()];
+    args.extend((0..3000).map(|i| format!("m{i}")));
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let _: i64 = query(&mut p, &a).unwrap();
+    // Scores of every format: integers, fractions, huge, tiny, infinities.
+    let mut args: Vec<String> = vec!["ZADD".into(), "z".into()];
+    for i in 0..3000 {
+        let score = match i % 6 {
+            0 => format!("{}", i / 6),
+            1 => format!("{}", i as f64 / 7.0),
+            2 => format!("{}e300", i),
+            3 => format!("-{}e-300", i),
+            4 => "0.1".to_string(),
+            _ => if i % 12 == 5 { "inf" } else { "-inf" }.to_string(),
+        };
+        args.push(score);
+        args.push(format!("m{i}"));
+    }
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let _: i64 = query(&mut p, &a).unwrap();
+    wait_until("replica in sync", TOPOLOGY_TIMEOUT, || c.replicas_in_sync());
+
+    let mut r = c.nodes[1].client();
+    let _: () = query(
+        &mut r,
+        &["CONFIG", "SET", "snapshot.hash-copy-batch", "100"],
+    )
+    .unwrap();
+    let _: () = query(&mut r, &["READONLY"]).unwrap();
+    let hgetall: Vec<Vec<u8>> = query(&mut r, &["HGETALL", "h"]).unwrap();
+    let got = pages(&mut r, "SNAPSHOT.HSCAN", "h", &["COUNT", "700"], false);
+    assert_eq!(got.len(), 6000, "SNAPSHOT.HSCAN on the replica");
+    assert_eq!(
+        sorted_pairs(&got),
+        sorted_pairs(&hgetall),
+        "SNAPSHOT.HSCAN = HGETALL"
+    );
+    let smembers: Vec<Vec<u8>> = query(&mut r, &["SMEMBERS", "s"]).unwrap();
+    let got = pages(&mut r, "SNAPSHOT.SSCAN", "s", &["COUNT", "700"], false);
+    assert_eq!(got.len(), 3000, "SNAPSHOT.SSCAN on the replica");
+    assert_eq!(sorted(&got), sorted(&smembers), "SNAPSHOT.SSCAN = SMEMBERS");
+    // Scores as bytes: exactly native ZSCAN's formatting.
+    let zscan = pages(&mut r, "ZSCAN", "z", &["COUNT", "1000"], false);
+    let got = pages(&mut r, "SNAPSHOT.ZSCAN", "z", &["COUNT", "700"], false);
+    assert_eq!(got.len(), 6000, "SNAPSHOT.ZSCAN on the replica");
+    assert_eq!(
+        sorted_pairs(&got),
+        sorted_pairs(&zscan),
+        "SNAPSHOT.ZSCAN = ZSCAN"
+    );
+    // Inside MULTI and a read-only script the copy is made inline, through
+    // the caller's (READONLY) client.
+    let _: () = query(&mut r, &["MULTI"]).unwrap();
+    let _: () = query(&mut r, &["SNAPSHOT.HSCAN", "h", "0", "COUNT", "100000"]).unwrap();
+    let exec: Vec<(String, Vec<Vec<u8>>)> = query(&mut r, &["EXEC"])
+        .unwrap_or_else(|e| panic!("MULTI on the replica: {}", err_text(&e)));
+    assert_eq!(sorted_pairs(&exec[0].1), sorted_pairs(&hgetall), "in MULTI");
+    let script = "return redis.call('SNAPSHOT.HSCAN', KEYS[1], '0', 'COUNT', '100000')";
+    let (next, got): (String, Vec<Vec<u8>>) = query(&mut r, &["EVAL_RO", script, "1", "h"])
+        .unwrap_or_else(|e| panic!("EVAL_RO on the replica: {}", err_text(&e)));
+    assert_eq!(next, "0");
+    assert_eq!(sorted_pairs(&got), sorted_pairs(&hgetall), "in EVAL_RO");
+
+    // Fields w0, w1, ... added one by one on the primary while the replica
+    // copies: every copy holds w0..w<k> for some k, and all of f0..f2999.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let mut w = c.nodes[0].client();
+    let writer = std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut n = 0usize;
+        while !stop2.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline {
+            let f = format!("w{n}");
+            let _: i64 = query(&mut w, &["HSET", "h", &f, "x"]).unwrap();
+            n += 1;
+        }
+        n
+    });
+    wait_until(
+        "the writer's fields on the replica",
+        TOPOLOGY_TIMEOUT,
+        || query::<i64>(&mut r, &["HEXISTS", "h", "w0"]).unwrap() == 1,
+    );
+    let retries_before = info_u64(&c.nodes[1], "snapshot_hash_copy_retries");
+    let mut sizes = Vec::new();
+    for round in 0..8 {
+        let (next, names): (String, Vec<Vec<u8>>) = query(
+            &mut r,
+            &["SNAPSHOT.HSCAN", "h", "0", "COUNT", "100000", "NOVALUES"],
+        )
+        .unwrap_or_else(|e| panic!("round {round}: {}", err_text(&e)));
+        assert_eq!(next, "0");
+        let names: std::collections::HashSet<Vec<u8>> = names.into_iter().collect();
+        let k = names.iter().filter(|n| n.starts_with(b"w")).count();
+        for i in 0..3000 {
+            assert!(
+                names.contains(format!("f{i}").as_bytes()),
+                "round {round}: f{i} missing"
+            );
+        }
+        for i in 0..k {
+            assert!(
+                names.contains(format!("w{i}").as_bytes()),
+                "round {round}: the copy holds {k} w-fields but not w{i}: not one instant"
+            );
+        }
+        sizes.push(k);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let writes = writer.join().unwrap();
+    let retries = info_u64(&c.nodes[1], "snapshot_hash_copy_retries") - retries_before;
+    eprintln!("{writes} writes; w-fields per copy {sizes:?}; {retries} restarts");
+    assert!(
+        writes > 0 && sizes.last() > sizes.first(),
+        "the copies saw the writes"
+    );
+}
+
+/// `ASKING` on a node importing a slot: SNAPSHOT.HSCAN of a hash larger than
+/// `snapshot.hash-copy-batch` that was migrated there is served, equal to
+/// native HGETALL (its later slices used to be redirected like the
+/// replica's); without `ASKING`, the command is redirected as HGETALL is.
+#[test]
+fn asking_on_an_importing_node_copies_a_large_hash() {
+    let c = Cluster::start(2, 0);
+    let slot = slots_of(&c, 0)[0];
+    let key = keys_in_slot(slot, 1).remove(0);
+    let (src, dst) = (&c.nodes[0], &c.nodes[1]);
+    let (mut cs, mut cd) = (src.client(), dst.client());
+    hset_fields(&mut cs, &key, 3000);
+    let s = slot.to_string();
+    let _: () = query(&mut cd, &["CLUSTER", "SETSLOT", &s, "IMPORTING", c.id(0)]).unwrap();
+    let _: () = query(&mut cs, &["CLUSTER", "SETSLOT", &s, "MIGRATING", c.id(1)]).unwrap();
+    let port = dst.port().to_string();
+    let _: Value = query(&mut cs, &["MIGRATE", "127.0.0.1", &port, &key, "0", "5000"]).unwrap();
+    let _: () = query(
+        &mut cd,
+        &["CONFIG", "SET", "snapshot.hash-copy-batch", "100"],
+    )
+    .unwrap();
+
+    let native = expect_err(&mut cd, &["HGETALL", &key]);
+    let snap = expect_err(&mut cd, &["SNAPSHOT.HSCAN", &key, "0"]);
+    assert!(
+        native.starts_with("MOVED"),
+        "HGETALL without ASKING: {native}"
+    );
+    assert!(
+        snap.starts_with("MOVED"),
+        "SNAPSHOT.HSCAN without ASKING: {snap}"
+    );
+    let _: () = query(&mut cd, &["ASKING"]).unwrap();
+    let hgetall: Vec<Vec<u8>> = query(&mut cd, &["HGETALL", &key]).unwrap();
+    assert_eq!(hgetall.len(), 6000, "the hash was migrated");
+    let got = pages(&mut cd, "SNAPSHOT.HSCAN", &key, &["COUNT", "700"], true);
+    assert_eq!(
+        sorted_pairs(&got),
+        sorted_pairs(&hgetall),
+        "SNAPSHOT.HSCAN = HGETALL"
+    );
+}

@@ -5,7 +5,7 @@
 
 use super::args::{parse_cursor, parse_options, Allowed, CmdError};
 use crate::config;
-use crate::ffi::collcopy::{self, CopyError};
+use crate::ffi::collcopy::{self, CopyError, KeyCursor};
 use crate::ffi::thread_ctx::Detached;
 use crate::ffi::{self, blocked::BlockedReply, keys, mainloop, reply::Reply, Ctx};
 use crate::glob::Pattern;
@@ -172,28 +172,33 @@ fn open(ctx: Ctx, call: Call, name: ffi::OwnedString) -> Result<(), CmdError> {
     let mut builder = Builder::new(kind, &m.watches.budget, limit);
     let started = Instant::now();
     // Everything at once when small or when we cannot block; else a first
-    // slice (which is everything for a listpack or intset encoding).
+    // slice (which is everything for a listpack or intset encoding) of a
+    // key cursor the later slices go on with.
+    let mut cursor = None;
     let mut first = if small {
-        collcopy::copy_all(ctx, key, &mut builder).map(|_| b"0".to_vec())
+        collcopy::copy_all(ctx, key, &mut builder).map(|_| false)
     } else {
-        collcopy::scan_slice(ctx, key, b"0", batch, &mut builder)
+        match KeyCursor::new() {
+            Some(c) => cursor.insert(c).slice(ctx, key, batch, &mut builder),
+            None => Err(CopyError::Failed("cannot create a key cursor".into())),
+        }
     };
     // More slices to come: field TTLs matter now. (Same instant as the
     // first slice: no command ran in between.)
     let mut valid_until = None;
-    if matches!(&first, Ok(next) if next != b"0") {
+    if matches!(first, Ok(true)) {
         let (ttl, until) = copy_deadline(ctx, &name, db, kind);
         valid_until = until;
         if ttl == TtlGuard::OneHold {
             builder.clear();
-            first = collcopy::copy_all(ctx, key, &mut builder).map(|_| b"0".to_vec());
+            first = collcopy::copy_all(ctx, key, &mut builder).map(|_| false);
         } else {
             builder.reserve_for(elements);
         }
     }
     record_hold(m, started);
-    let next = match first {
-        Ok(next) => next,
+    let more = match first {
+        Ok(more) => more,
         Err(e) => {
             drop(guard);
             return match copy_error(e, kind) {
@@ -205,10 +210,10 @@ fn open(ctx: Ctx, call: Call, name: ffi::OwnedString) -> Result<(), CmdError> {
             };
         }
     };
-    if next == b"0" {
+    let (true, Some(cursor)) = (more, cursor) else {
         call.answer(ctx, Source::Fresh(builder, guard), 0, 0);
         return Ok(());
-    }
+    };
     // A large collection: finish the copy on the main thread, one slice
     // per turn of the event loop, then cut the first page on a worker.
     let Some(bc) = BlockedReply::block(ctx) else {
@@ -222,7 +227,7 @@ fn open(ctx: Ctx, call: Call, name: ffi::OwnedString) -> Result<(), CmdError> {
         p: Some(Pending {
             valid_until,
             builder,
-            cursor: next,
+            cursor,
             guard,
         }),
         retries: 0,
@@ -363,7 +368,8 @@ struct Pending {
     /// (re)started.
     valid_until: Option<i64>,
     builder: Builder,
-    cursor: Vec<u8>,
+    /// Where the next slice starts.
+    cursor: KeyCursor,
     guard: Copying,
 }
 
@@ -375,7 +381,9 @@ struct CopyTask {
     call: Option<(Call, BlockedReply)>,
     p: Option<Pending>,
     retries: usize,
-    /// A context of our own to select the database on.
+    /// A context of our own to select the database on. (Its client has
+    /// none of the caller's READONLY/ASKING flags: nothing here may go
+    /// through `RedisModule_Call`'s cluster check, hence the key cursor.)
     tctx: Detached,
 }
 
@@ -399,7 +407,7 @@ impl CopyTask {
             Module::bump(&m.stats.hash_copy_retries, 1);
             self.retries += 1;
             p.builder.clear();
-            p.cursor = b"0".to_vec();
+            p.cursor.restart();
             p.guard.restart();
             let (ttl, until) = match ffi::OwnedString::new(ctx, key) {
                 Some(n) => copy_deadline(ctx, &n, db, kind),
@@ -411,23 +419,21 @@ impl CopyTask {
         }
         let result = if fallback {
             Module::bump(&m.stats.hash_copy_fallbacks, 1);
-            collcopy::copy_all(ctx, key, &mut p.builder).map(|_| b"0".to_vec())
+            p.cursor.to_end(ctx, key, &mut p.builder).map(|_| false)
         } else {
             let batch = config::get(&config::HASH_COPY_BATCH).max(1);
-            collcopy::scan_slice(ctx, key, &p.cursor, batch, &mut p.builder)
+            p.cursor.slice(ctx, key, batch, &mut p.builder)
         };
         record_hold(m, started);
         if result.is_ok() && p.guard.changed() {
             // The slice itself changed the collection (its key expired
-            // lazily): the next step starts over.
+            // lazily: servers without OPEN_KEY_NOEXPIRE): the next step
+            // starts over.
             return true;
         }
         match result {
-            Ok(next) if next != b"0" => {
-                p.cursor = next;
-                true
-            }
-            Ok(_) => {
+            Ok(true) => true,
+            Ok(false) => {
                 if let (Some((call, bc)), Some(p)) = (self.call.take(), self.p.take()) {
                     // Sorting a big copy takes milliseconds: on a worker.
                     call.answer_blocked(bc, Source::Fresh(p.builder, p.guard), 0, 0);

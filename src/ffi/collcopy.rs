@@ -1,15 +1,24 @@
-//! Reading a collection's elements from the server into a [`Builder`],
-//! with the server's own commands: the whole of it at once (`HGETALL`,
-//! `SMEMBERS`, or `ZSCAN` to the end), or one `HSCAN`/`SSCAN`/`ZSCAN`
-//! slice at a time. The caller holds the server lock. The server's rules
-//! apply (hash fields whose TTL has passed are skipped), and sorted-set
-//! scores are the bytes native `ZSCAN` replies (RESP2).
+//! Reading a collection's elements from the server into a [`Builder`]:
+//! the whole of it at once with the server's own commands (`HGETALL`,
+//! `SMEMBERS`, or `ZSCAN` to the end, through `RedisModule_Call` on the
+//! caller's context), or slice by slice with a [`KeyCursor`]
+//! (`RedisModule_OpenKey` + `RedisModule_ScanKey`, on any context). The
+//! caller holds the server lock. The server's rules apply (hash fields
+//! whose TTL has passed are skipped), and sorted-set scores are the bytes
+//! native `ZSCAN` replies (RESP2).
+//!
+//! Why two ways: `RedisModule_Call` on a cluster node checks that the keys
+//! are served here with the flags of the context's client (READONLY,
+//! ASKING). The caller's context has them; a context of the module's own
+//! (the one later slices run on, after the caller's command returned) does
+//! not, so on a replica or an importing node the call is refused. Opening
+//! the key makes no such check: the caller's command passed it already.
 
 use super::call::{bytes, element, reply_len, reply_type, CallReply};
-use super::{api, Ctx};
+use super::{api, string_bytes, Ctx, OwnedString};
 use crate::hash::{Builder, Kind, OverLimit};
 use redis_module::raw;
-use std::os::raw::c_longlong;
+use std::os::raw::{c_longlong, c_void};
 
 #[derive(Debug)]
 pub enum CopyError {
@@ -28,9 +37,22 @@ impl From<OverLimit> for CopyError {
 
 /// Elements a `ZSCAN`-to-the-end copy reads per call.
 const ZSCAN_STEP: usize = 1000;
-/// Upper bound on the calls of a `ZSCAN`-to-the-end copy (the server's
-/// cursor always ends; this only bounds a misbehaving one).
+/// Upper bound on the calls of a copy to the end (`ZSCAN`, or
+/// `RedisModule_ScanKey`: the server's cursor always ends; this only bounds
+/// a misbehaving one).
 const MAX_CALLS: usize = 1 << 24;
+/// `RedisModule_ScanKey` calls a slice may make per element it wants (each
+/// call walks one step of the table's cursor, one bucket or so, empty or
+/// not; native `HSCAN` allows `COUNT * 10` steps the same way).
+const CALLS_PER_ELEMENT: usize = 10;
+/// How a slice opens the key: no side effects (no LRU/LFU touch, no
+/// keyspace-miss event, no stats, no lazy expiry or field reclaim).
+const OPEN_FLAGS: u32 = raw::REDISMODULE_READ
+    | raw::REDISMODULE_OPEN_KEY_NOTOUCH
+    | raw::REDISMODULE_OPEN_KEY_NONOTIFY
+    | raw::REDISMODULE_OPEN_KEY_NOSTATS
+    | raw::REDISMODULE_OPEN_KEY_NOEXPIRE
+    | raw::REDISMODULE_OPEN_KEY_NOEFFECTS;
 
 fn check(r: *mut raw::RedisModuleCallReply) -> Result<(), CopyError> {
     match reply_type(r) {
@@ -85,20 +107,24 @@ pub fn copy_all(ctx: Ctx, key: &[u8], b: &mut Builder) -> Result<(), CopyError> 
         }
     };
     let call = api!(RedisModule_Call).ok_or(CopyError::Failed("no RM_Call".into()))?;
-    // SAFETY: the server lock is held; "b" consumes (pointer, length).
-    let r = unsafe { call(ctx, cmd.as_ptr(), c"b".as_ptr(), key.as_ptr(), key.len()) };
-    let r = CallReply::new(r).ok_or_else(|| CopyError::Failed("the copy call failed".into()))?;
+    // SAFETY: the server lock is held; "b" consumes (pointer, length); "E"
+    // asks for errors the server raises before running the command as
+    // error replies.
+    let r = unsafe { call(ctx, cmd.as_ptr(), c"bE".as_ptr(), key.as_ptr(), key.len()) };
+    let r = CallReply::new(r).ok_or_else(|| failed_call("the copy call failed"))?;
     check(r.0)?;
     push_elements(r.0, b)
 }
 
-/// One `HSCAN`/`SSCAN`/`ZSCAN key cursor COUNT count` slice; returns the
-/// next cursor.
-#[allow(
-    clippy::not_unsafe_ptr_arg_deref,
-    reason = "ctx is a live context of the calling thread with the server lock held (a main-thread callback's or a locked thread-safe one)"
-)]
-pub fn scan_slice(
+/// `what` failed with no error reply (a server without the "E" flag, or
+/// an error it reports by `errno` only): the `errno` it left.
+fn failed_call(what: &str) -> CopyError {
+    CopyError::Failed(format!("{what} ({})", std::io::Error::last_os_error()))
+}
+
+/// One `ZSCAN key cursor COUNT count` slice (or `HSCAN`/`SSCAN`); returns
+/// the next cursor.
+fn scan_slice(
     ctx: Ctx,
     key: &[u8],
     cursor: &[u8],
@@ -112,12 +138,13 @@ pub fn scan_slice(
     };
     let call = api!(RedisModule_Call).ok_or(CopyError::Failed("no RM_Call".into()))?;
     // SAFETY: the server lock is held; "bbcl" consumes (ptr, len), (ptr,
-    // len), a C string and a long long, exactly as passed.
+    // len), a C string and a long long, exactly as passed ("E": errors as
+    // error replies).
     let r = unsafe {
         call(
             ctx,
             cmd.as_ptr(),
-            c"bbcl".as_ptr(),
+            c"bbclE".as_ptr(),
             key.as_ptr(),
             key.len(),
             cursor.as_ptr(),
@@ -126,7 +153,7 @@ pub fn scan_slice(
             count as c_longlong,
         )
     };
-    let r = CallReply::new(r).ok_or_else(|| CopyError::Failed("the scan call failed".into()))?;
+    let r = CallReply::new(r).ok_or_else(|| failed_call("the scan call failed"))?;
     check(r.0)?;
     let next = bytes(element(r.0, 0)).to_vec();
     let items = element(r.0, 1);
@@ -135,4 +162,163 @@ pub fn scan_slice(
     }
     push_elements(items, b)?;
     Ok(next)
+}
+
+/// A `RedisModule_ScanKey` cursor over one collection, kept between
+/// slices (the key is opened again for each): a slice runs on any context,
+/// the caller's or one of the module's own, and no cluster check applies
+/// (see the top of this file). Like `HSCAN`'s cursor it returns every
+/// element present from the first slice to the last at least once,
+/// whatever rehashing happens in between (duplicates are removed by the
+/// [`Builder`]); an element written meanwhile may or may not be, so the
+/// caller restarts the cursor when the collection changes. Destroyed on
+/// drop; used on the main thread (or with the server lock held) only.
+pub struct KeyCursor(*mut raw::RedisModuleScanCursor);
+
+impl KeyCursor {
+    /// `None` when the server lacks the API.
+    pub fn new() -> Option<Self> {
+        api!(RedisModule_ScanKey)?;
+        let create = api!(RedisModule_ScanCursorCreate)?;
+        // SAFETY: creates a cursor that Drop destroys.
+        let c = unsafe { create() };
+        // Not `then_some`: it would build, then drop (destroy), a NULL cursor.
+        (!c.is_null()).then(|| KeyCursor(c))
+    }
+
+    /// Starts over from the first element.
+    pub fn restart(&mut self) {
+        if let Some(f) = api!(RedisModule_ScanCursorRestart) {
+            // SAFETY: the cursor is live.
+            unsafe { f(self.0) };
+        }
+    }
+
+    /// One slice: pushes at least `count` elements of the collection at
+    /// `key` (in the database selected on `ctx`) into `b`, or all that
+    /// remain (a listpack or intset encoding: all of them). Returns whether
+    /// elements remain. `Gone` when the key is missing or not of the kind
+    /// copied.
+    #[allow(
+        clippy::not_unsafe_ptr_arg_deref,
+        reason = "ctx is a live context of the calling thread with the server lock held (a main-thread callback's, a command's, or a locked thread-safe one)"
+    )]
+    pub fn slice(
+        &mut self,
+        ctx: Ctx,
+        key: &[u8],
+        count: usize,
+        b: &mut Builder,
+    ) -> Result<bool, CopyError> {
+        let calls = count.saturating_mul(CALLS_PER_ELEMENT).max(1);
+        self.scan(ctx, key, count, calls, b)
+    }
+
+    /// The rest of the collection in this one hold of the lock (from the
+    /// start after [`KeyCursor::restart`]).
+    pub fn to_end(&mut self, ctx: Ctx, key: &[u8], b: &mut Builder) -> Result<(), CopyError> {
+        match self.scan(ctx, key, usize::MAX, MAX_CALLS, b)? {
+            false => Ok(()),
+            true => Err(CopyError::Failed("the key scan did not end".into())),
+        }
+    }
+
+    fn scan(
+        &mut self,
+        ctx: Ctx,
+        key: &[u8],
+        count: usize,
+        max_calls: usize,
+        b: &mut Builder,
+    ) -> Result<bool, CopyError> {
+        let (Some(open), Some(close), Some(ktype), Some(scan)) = (
+            api!(RedisModule_OpenKey),
+            api!(RedisModule_CloseKey),
+            api!(RedisModule_KeyType),
+            api!(RedisModule_ScanKey),
+        ) else {
+            return Err(CopyError::Failed("no RM_ScanKey".into()));
+        };
+        let name = OwnedString::new(ctx, key).ok_or(CopyError::Failed("out of memory".into()))?;
+        let want = match b.kind() {
+            Kind::Hash => raw::REDISMODULE_KEYTYPE_HASH,
+            Kind::Set => raw::REDISMODULE_KEYTYPE_SET,
+            Kind::Zset => raw::REDISMODULE_KEYTYPE_ZSET,
+        };
+        // SAFETY: ctx and name are live and the server lock is held; the
+        // key handle is closed below, before returning.
+        let k = unsafe { open(ctx, name.ptr(), OPEN_FLAGS as i32) };
+        if k.is_null() {
+            return Err(CopyError::Gone);
+        }
+        let mut state = Slice {
+            b,
+            pushed: 0,
+            err: None,
+        };
+        let mut more = true;
+        // SAFETY: k is the live handle opened above.
+        if unsafe { ktype(k) } as isize != want {
+            more = false;
+            state.err = Some(CopyError::Gone);
+        }
+        let mut calls = 0;
+        while more && state.err.is_none() && state.pushed < count && calls < max_calls {
+            calls += 1;
+            // SAFETY: k and the cursor are live; the trampoline uses
+            // `state` only during this call, as a `Slice`, on this thread.
+            more = unsafe {
+                scan(
+                    k,
+                    self.0,
+                    Some(on_element),
+                    (&mut state as *mut Slice).cast(),
+                )
+            } != 0;
+        }
+        // SAFETY: closes the handle opened above, once.
+        unsafe { close(k) };
+        match state.err {
+            Some(e) => Err(e),
+            None => Ok(more),
+        }
+    }
+}
+
+impl Drop for KeyCursor {
+    fn drop(&mut self) {
+        if let Some(f) = api!(RedisModule_ScanCursorDestroy) {
+            // SAFETY: destroys the cursor created in `new`, once.
+            unsafe { f(self.0) };
+        }
+    }
+}
+
+/// What one slice's callbacks share.
+struct Slice<'a> {
+    b: &'a mut Builder,
+    pushed: usize,
+    /// The first error; later elements are ignored.
+    err: Option<CopyError>,
+}
+
+extern "C" fn on_element(
+    _key: *mut raw::RedisModuleKey,
+    field: *mut raw::RedisModuleString,
+    value: *mut raw::RedisModuleString,
+    privdata: *mut c_void,
+) {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: privdata is the `&mut Slice` `KeyCursor::scan` passed to
+        // RedisModule_ScanKey on this very thread, alive for the whole call.
+        let s = unsafe { &mut *privdata.cast::<Slice>() };
+        if s.err.is_some() {
+            return;
+        }
+        // The strings live for this callback (value is NULL for sets).
+        match s.b.push(string_bytes(field), string_bytes(value)) {
+            Ok(()) => s.pushed += 1,
+            Err(e) => s.err = Some(e.into()),
+        }
+    }));
 }
