@@ -173,14 +173,18 @@ impl Keyspace {
             let mut changed_here: ArrayVec<usize, { tree::GET_MANY }> = ArrayVec::new();
             for (i, (db, key, truth)) in chunk.iter().enumerate() {
                 // A lookup made before an earlier change of the same key in
-                // this chunk is stale: let `apply` look again.
-                let stale = !one_db
-                    || changed_here.iter().any(|&j| {
-                        let (d, k, _) = &chunk[j];
-                        d == db && k == key
-                    });
+                // this chunk is stale: let `apply` look again. (A lookup
+                // whose probe is still valid saw no change to its leaf, so
+                // none to its key.)
+                let stale = |at: Option<&tree::Located>| {
+                    !at.is_some_and(|at| at.probe_valid())
+                        && changed_here.iter().any(|&j| {
+                            let (d, k, _) = &chunk[j];
+                            d == db && k == key
+                        })
+                };
                 let (current, at) = match known.get(i) {
-                    Some((m, at)) if !stale => (Some(*m), at.as_ref()),
+                    Some((m, at)) if one_db && !stale(at.as_ref()) => (Some(*m), at.as_ref()),
                     _ => (None, None),
                 };
                 if current == Some(*truth) {

@@ -254,6 +254,12 @@ pub struct Located {
 }
 
 impl Located {
+    /// Whether no write since the lookup edited the key's leaf (nor, so,
+    /// changed the key): the probe and the value found still hold.
+    pub fn probe_valid(&self) -> bool {
+        self.probe.is_some()
+    }
+
     /// Takes into account a write made since the lookup (`t`, from
     /// [`KeyMap::touched`]): returns whether the path still leads to the
     /// key's leaf, and forgets the probe if the write edited that leaf.
