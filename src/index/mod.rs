@@ -154,8 +154,9 @@ impl Keyspace {
     /// first looked up in batches ([`KeyMap::locate_many`], overlapping the
     /// cache misses) and only the changes are written, each where its
     /// lookup found it (no second search) unless an earlier change of the
-    /// batch may have moved it: it reshaped the tree, or edited the same
-    /// leaf.
+    /// batch may have moved it: it reshaped a branch on its path (then the
+    /// write searches again), or edited its leaf (then only the leaf is
+    /// searched again).
     pub fn apply_run(&mut self, ops: &[(usize, &Key, Option<Meta>)]) -> usize {
         let mut changed = 0;
         let mut known = Vec::with_capacity(tree::GET_MANY);
@@ -164,44 +165,45 @@ impl Keyspace {
             let db = chunk[0].0;
             let one_db = chunk.iter().all(|(d, _, _)| *d == db);
             known.clear();
-            let mut shape = 0;
             if one_db {
                 keys.clear();
                 keys.extend(chunk.iter().map(|(_, k, _)| k.as_bytes()));
-                let map = &self.db_mut(db).map;
-                map.locate_many(&keys, &mut known);
-                shape = map.shape();
+                self.db_mut(db).map.locate_many(&keys, &mut known);
             }
             let mut changed_here: ArrayVec<usize, { tree::GET_MANY }> = ArrayVec::new();
             for (i, (db, key, truth)) in chunk.iter().enumerate() {
                 // A lookup made before an earlier change of the same key in
-                // this chunk is stale: let `apply` look again.
-                let stale = !one_db
-                    || changed_here.iter().any(|&j| {
-                        let (d, k, _) = &chunk[j];
-                        d == db && k == key
-                    });
+                // this chunk is stale: let `apply` look again. (A lookup
+                // whose probe is still valid saw no change to its leaf, so
+                // none to its key.)
+                let stale = |at: Option<&tree::Located>| {
+                    !at.is_some_and(|at| at.probe_valid())
+                        && changed_here.iter().any(|&j| {
+                            let (d, k, _) = &chunk[j];
+                            d == db && k == key
+                        })
+                };
                 let (current, at) = match known.get(i) {
-                    Some((m, at)) if !stale => (Some(*m), at.as_ref()),
+                    Some((m, at)) if one_db && !stale(at.as_ref()) => (Some(*m), at.as_ref()),
                     _ => (None, None),
                 };
                 if current == Some(*truth) {
                     continue;
                 }
-                // Where the lookup found the key still holds if nothing
-                // changed its leaf or the tree's shape since.
-                let at = at.filter(|at| {
-                    self.db_mut(*db).map.shape() == shape
-                        && !changed_here.iter().any(|&j| {
-                            known
-                                .get(j)
-                                .and_then(|(_, o)| o.as_ref())
-                                .is_none_or(|o| o.same_leaf(at))
-                        })
-                });
                 if self.apply_known(*db, key, *truth, current, at) != Change::Unchanged {
                     changed += 1;
                     changed_here.push(i);
+                    // Where the lookups found the keys after this one still
+                    // holds unless this change moved it (see
+                    // `Located::survives`).
+                    if one_db {
+                        let touched = self.db_mut(*db).map.touched();
+                        for (_, later) in known.iter_mut().skip(i + 1) {
+                            if later.as_mut().is_some_and(|at| !at.survives(touched)) {
+                                *later = None;
+                            }
+                        }
+                    }
                 }
             }
         }

@@ -317,6 +317,63 @@ proptest! {
     }
 }
 
+/// A tree of two branch levels, where a change reshapes one branch and the
+/// lookups of the same batch under other branches are still reused: runs
+/// of inserts (leaf and branch splits) and removals (merges) spread over
+/// the tree end as the truths applied one by one, and every reuse is checked
+/// against a fresh search (in tests, `Route` asserts it).
+#[test]
+fn apply_run_reuses_lookups_beside_a_reshaped_branch() {
+    let key = |i: u64| Key::new(format!("user:{:08}:item:tail", i * 7).as_bytes());
+    let mut a = Keyspace::new(1);
+    let mut b = Keyspace::new(1);
+    let loaded: Vec<Key> = (0..60_000).map(key).collect();
+    for part in loaded.chunks(64) {
+        let run: Vec<(usize, &Key, Option<Meta>)> = part
+            .iter()
+            .map(|k| (0, k, Some(Meta::new(0, None))))
+            .collect();
+        a.apply_run(&run);
+        for (db, k, t) in &run {
+            b.apply(*db, k, *t);
+        }
+    }
+    let mut x = 99u64;
+    let ops: Vec<(Key, Option<Meta>)> = (0..60_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // New keys between the loaded ones, and removals of loaded ones.
+            let i = x % 420_000;
+            let truth = (x >> 40) % 3;
+            if truth == 0 {
+                (key(i / 7), None)
+            } else {
+                (
+                    Key::new(format!("user:{i:08}:item:tail").as_bytes()),
+                    Some(Meta::new(0, None)),
+                )
+            }
+        })
+        .collect();
+    for part in ops.chunks(64) {
+        let run: Vec<(usize, &Key, Option<Meta>)> = part.iter().map(|(k, t)| (0, k, *t)).collect();
+        let changed = a.apply_run(&run);
+        let mut want = 0;
+        for (db, k, t) in &run {
+            if b.apply(*db, k, *t) != Change::Unchanged {
+                want += 1;
+            }
+        }
+        assert_eq!(changed, want);
+    }
+    let (sa, sb) = (a.snapshot(0, 0), b.snapshot(0, 0));
+    sa.map.check();
+    assert!(sa.map.height() >= 2, "height {}", sa.map.height());
+    assert_eq!(sa.map.to_vec(), sb.map.to_vec());
+}
+
 /// The indexer's own cost per write, without a server: the write scenario's
 /// workloads (scripts/bench/s6_writes.py) applied through
 /// [`Keyspace::apply_run`] in runs of 64, as the indexer does.
@@ -343,6 +400,8 @@ mod speed {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(1_000_000);
+        // Measure what the module does: no test-only check of each reuse.
+        crate::index::tree::VERIFY_REUSE.set(false);
         let perm = |i: u64| i.wrapping_mul(0x9E3779B97F4A7C15).rotate_left(29) % 1_000_000_000_000;
         let mut ks = Keyspace::new(1);
         let plain = Meta::new(0, None);

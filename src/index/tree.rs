@@ -142,42 +142,162 @@ fn separator(left: &[u8], right: &[u8]) -> Key {
 type Split = Option<(Key, Arc<Node>)>;
 
 /// What a write did beside its entry: the change of the map's node bytes,
-/// and whether it changed the tree's shape (a node split, merged or
-/// removed), which moves other keys' paths.
+/// the path it took, and the highest branch whose children it changed (a
+/// node split, merged or removed), which moves other keys' paths.
 #[derive(Default)]
 struct Edit {
     bytes: isize,
-    reshaped: bool,
+    touched: Touched,
+}
+
+impl Edit {
+    /// The children of the branch at `level` (0: the root; a new root is
+    /// level 0 too) changed.
+    #[inline]
+    fn reshape(&mut self, level: usize) {
+        let r = &mut self.touched.reshaped;
+        *r = Some(r.map_or(level, |l| l.min(level)));
+    }
+
+    /// The write descends into child `ci` of the branch it is in.
+    #[inline]
+    fn descend(&mut self, ci: usize) {
+        if !self.touched.path.push(ci) {
+            self.touched.lost = true;
+        }
+    }
+
+    /// Level of the branch the write is in (before [`descend`](Self::descend)).
+    #[inline]
+    fn level(&self) -> usize {
+        self.touched.path.len()
+    }
+}
+
+/// What the last write of a [`KeyMap`] changed, for the [`Located`]s found
+/// before it ([`Located::survives`]).
+#[derive(Clone, Debug, Default)]
+pub struct Touched {
+    /// The child taken at each branch level down to the leaf it edited.
+    path: Path,
+    /// The highest level whose branch had its children changed: every path
+    /// through that branch may have moved (0: the root's, so every path).
+    reshaped: Option<usize>,
+    /// The path was too deep to record (never in practice): moves every path.
+    lost: bool,
 }
 
 /// Branch levels a [`Located`] records (a tree this deep would hold more
 /// keys than any memory: every branch but the root has at least
 /// `BRANCH_MIN` children).
-const MAX_HEIGHT: usize = 12;
+const MAX_HEIGHT: usize = 16;
 
-/// Where a read-only lookup found a key, or where it would go: the child
-/// taken at each branch level and the probe in the leaf. A write can reuse
-/// it instead of searching again ([`KeyMap::insert_located`]) while the
-/// tree has the same shape ([`KeyMap::shape`]) and that leaf was not edited
-/// since (two keys of one leaf have the same [`path`](Self::same_leaf)).
-#[derive(Clone, Debug)]
-pub struct Located {
-    path: ArrayVec<u8, MAX_HEIGHT>,
-    probe: Probe,
+/// The child index taken at each branch level, from the root: one byte per
+/// level in one word, so two paths or their prefixes compare in a few
+/// instructions (no `memcmp` call).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Path {
+    idx: [u8; MAX_HEIGHT],
+    len: u8,
 }
 
-impl Located {
-    /// Whether `other` was located in the same leaf.
-    pub fn same_leaf(&self, other: &Located) -> bool {
-        self.path == other.path
+impl Path {
+    /// Appends a level; false if the path is full (or `ci` past a byte).
+    #[inline]
+    fn push(&mut self, ci: usize) -> bool {
+        match (self.idx.get_mut(self.len as usize), u8::try_from(ci)) {
+            (Some(slot), Ok(ci)) => {
+                *slot = ci;
+                self.len += 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    #[inline]
+    fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    #[inline]
+    fn as_slice(&self) -> &[u8] {
+        self.idx.get(..self.len()).unwrap_or(&[])
+    }
+
+    /// Whether both paths go through the same branch at `level` (their
+    /// first `level` steps are equal); true if either is shorter.
+    #[inline]
+    fn same_prefix(&self, other: &Path, level: usize) -> bool {
+        if level > self.len() || level > other.len() {
+            return true;
+        }
+        let diff = u128::from_le_bytes(self.idx) ^ u128::from_le_bytes(other.idx);
+        let mask = u128::MAX
+            .checked_shl(level as u32 * 8)
+            .map_or(u128::MAX, |m| !m);
+        diff & mask == 0
     }
 }
 
-/// How a write finds its way: by searching, or along a [`Located`] path.
+/// Where a read-only lookup found a key, or where it would go: the child
+/// taken at each branch level and the probe in the leaf. A write can reuse
+/// it instead of searching again ([`KeyMap::insert_located`]): the whole of
+/// it while no later write changed the children of a branch on its path or
+/// edited its leaf, the path alone (the leaf searched again) after a write
+/// edited its leaf without reshaping anything (see [`survives`](Self::survives)).
+#[derive(Clone, Debug)]
+pub struct Located {
+    path: Path,
+    /// `None` once the leaf was edited since the lookup.
+    probe: Option<Probe>,
+}
+
+impl Located {
+    /// Whether no write since the lookup edited the key's leaf (nor, so,
+    /// changed the key): the probe and the value found still hold.
+    pub fn probe_valid(&self) -> bool {
+        self.probe.is_some()
+    }
+
+    /// Takes into account a write made since the lookup (`t`, from
+    /// [`KeyMap::touched`]): returns whether the path still leads to the
+    /// key's leaf, and forgets the probe if the write edited that leaf.
+    ///
+    /// Sound because a write changes the children of the branches at and
+    /// below its reshaped level only, on its own path: a path that leaves
+    /// that prefix meets only branches whose children did not move, so it
+    /// still names the same leaf in the tree as it is now (and compares with
+    /// later writes' paths in that tree).
+    pub fn survives(&mut self, t: &Touched) -> bool {
+        if t.lost {
+            return false;
+        }
+        if let Some(level) = t.reshaped {
+            if self.path.same_prefix(&t.path, level) {
+                return false;
+            }
+        }
+        if self.path == t.path {
+            self.probe = None;
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Whether a write along a [`Located`] path checks it against a fresh
+    /// search (tests); the speed tests turn it off for their thread.
+    pub(crate) static VERIFY_REUSE: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+}
+
+/// How a write finds its way: by searching, or along a [`Located`] path
+/// (and its probe in the leaf, if still valid).
 #[derive(Clone, Copy)]
 enum Route<'a> {
     Search,
-    Known(&'a [u8], &'a Probe),
+    Known(&'a [u8], Option<&'a Probe>),
 }
 
 impl Route<'_> {
@@ -186,6 +306,11 @@ impl Route<'_> {
     fn child(self, b: &Branch, key: &[u8]) -> (usize, Self) {
         match self {
             Route::Known([ci, rest @ ..], p) if (*ci as usize) < b.children.len() => {
+                #[cfg(test)]
+                if VERIFY_REUSE.get() {
+                    let want = b.child_for(&KeyProbe::new(key));
+                    assert_eq!(*ci as usize, want, "a stale path was reused");
+                }
                 (*ci as usize, Route::Known(rest, p))
             }
             _ => (b.child_for(&KeyProbe::new(key)), Route::Search),
@@ -196,10 +321,14 @@ impl Route<'_> {
     #[inline]
     fn probe(self, l: &Leaf, key: &[u8]) -> Probe {
         match self {
-            Route::Known([], p) => {
-                // The unit tests check every reuse against a fresh search.
+            Route::Known([], Some(p)) => {
+                // The unit tests check every reuse against a fresh search
+                // (all but the speed tests, which measure what the module
+                // does).
                 #[cfg(test)]
-                assert_eq!(*p, l.find(key), "a stale location was reused");
+                if VERIFY_REUSE.get() {
+                    assert_eq!(*p, l.find(key), "a stale location was reused");
+                }
                 *p
             }
             _ => l.find(key),
@@ -214,8 +343,8 @@ pub struct KeyMap {
     len: usize,
     /// Bytes of the nodes reachable from `root`.
     live_bytes: usize,
-    /// Changes whenever a write changes the tree's shape (see [`Located`]).
-    shape: u64,
+    /// What the last write changed (see [`Located::survives`]).
+    touched: Touched,
 }
 
 impl KeyMap {
@@ -272,13 +401,13 @@ impl KeyMap {
             height += 1;
             n = &b.children[0];
         }
-        let mut paths: ArrayVec<ArrayVec<u8, MAX_HEIGHT>, GET_MANY> = ArrayVec::new();
+        let mut paths: ArrayVec<Path, GET_MANY> = ArrayVec::new();
         for chunk in keys.chunks(GET_MANY) {
             let probes: ArrayVec<KeyProbe<'_>, GET_MANY> =
                 chunk.iter().map(|k| KeyProbe::new(k)).collect();
             let mut leaves: ArrayVec<&Arc<Node>, GET_MANY> = chunk.iter().map(|_| root).collect();
             paths.clear();
-            paths.extend(chunk.iter().map(|_| ArrayVec::new()));
+            paths.extend(chunk.iter().map(|_| Path::default()));
             // Level by level, every key at once: the separators a search
             // reads first are prefetched for all keys before any is
             // searched, and each child node as soon as it is chosen.
@@ -293,7 +422,7 @@ impl KeyMap {
                         let ci = b.child_for(probe);
                         // A child index fits a byte (BRANCH_CAP); a path
                         // too deep to record is searched again.
-                        let _ = path.try_push(ci as u8);
+                        let _ = path.push(ci);
                         *arc = &b.children[ci];
                         crate::ffi::cpu::prefetch(Arc::as_ptr(*arc));
                     }
@@ -309,7 +438,13 @@ impl KeyMap {
                     Node::Leaf(l) if path.len() == height => {
                         let probe = l.find(k);
                         let meta = probe.found.then(|| l.meta_at(&probe));
-                        (meta, Some(Located { path, probe }))
+                        (
+                            meta,
+                            Some(Located {
+                                path,
+                                probe: Some(probe),
+                            }),
+                        )
                     }
                     _ => (self.get(k), None),
                 });
@@ -317,10 +452,10 @@ impl KeyMap {
         }
     }
 
-    /// Changes whenever a write changes the tree's shape: a [`Located`]
-    /// found before is valid only while this is unchanged.
-    pub fn shape(&self) -> u64 {
-        self.shape
+    /// What the last write changed: a [`Located`] found before it is
+    /// valid only if it [survives](Located::survives) this.
+    pub fn touched(&self) -> &Touched {
+        &self.touched
     }
 
     /// Inserts or replaces; returns the previous value. A write that
@@ -342,7 +477,11 @@ impl KeyMap {
     /// [`Located`]: the caller guarantees it is still valid), without
     /// searching the branches or the leaf again.
     pub fn insert_located(&mut self, key: &[u8], meta: Meta, at: &Located) -> Option<Meta> {
-        self.insert_by(key, meta, Route::Known(&at.path, &at.probe))
+        self.insert_by(
+            key,
+            meta,
+            Route::Known(at.path.as_slice(), at.probe.as_ref()),
+        )
     }
 
     fn insert_by(&mut self, key: &[u8], meta: Meta, route: Route<'_>) -> Option<Meta> {
@@ -352,7 +491,8 @@ impl KeyMap {
             self.live_bytes = bytes(&root);
             self.root = Some(root);
             self.len = 1;
-            self.shape += 1;
+            self.touched = Touched::default();
+            self.touched.reshaped = Some(0);
             return None;
         };
         let (old, split) = insert(root, key, meta, &mut e, route);
@@ -367,14 +507,13 @@ impl KeyMap {
             b.children.push(right);
             let root = new_node(Node::Branch(Box::new(b)));
             e.bytes += bytes(&root) as isize;
+            e.reshape(0);
             self.root = Some(root);
         }
         if old.is_none() {
             self.len += 1;
         }
-        if e.reshaped {
-            self.shape += 1;
-        }
+        self.touched = e.touched;
         self.live_bytes = self.live_bytes.saturating_add_signed(e.bytes);
         old
     }
@@ -395,7 +534,7 @@ impl KeyMap {
     /// [`remove_present`](Self::remove_present) where `at` says (see
     /// [`insert_located`](Self::insert_located)).
     pub fn remove_located(&mut self, key: &[u8], at: &Located) -> Option<Meta> {
-        self.remove_by(key, Route::Known(&at.path, &at.probe))
+        self.remove_by(key, Route::Known(at.path.as_slice(), at.probe.as_ref()))
     }
 
     fn remove_by(&mut self, key: &[u8], route: Route<'_>) -> Option<Meta> {
@@ -410,22 +549,20 @@ impl KeyMap {
             match r {
                 Node::Branch(b) if b.children.len() == 1 => {
                     e.bytes -= bytes(r) as isize;
-                    e.reshaped = true;
+                    e.reshape(0);
                     let only = b.children[0].clone();
                     self.root = Some(only);
                 }
                 n if n.is_empty() => {
                     e.bytes -= bytes(n) as isize;
-                    e.reshaped = true;
+                    e.reshape(0);
                     self.root = None;
                     break;
                 }
                 _ => break,
             }
         }
-        if e.reshaped {
-            self.shape += 1;
-        }
+        self.touched = e.touched;
         self.live_bytes = self.live_bytes.saturating_add_signed(e.bytes);
         removed
     }
@@ -550,6 +687,18 @@ impl KeyMap {
         }
     }
 
+    /// Branch levels above the leaves (tests).
+    #[cfg(test)]
+    pub fn height(&self) -> usize {
+        let mut height = 0;
+        let mut n = self.root.as_deref();
+        while let Some(Node::Branch(b)) = n {
+            height += 1;
+            n = b.children.first().map(|c| &**c);
+        }
+        height
+    }
+
     /// Leaves and their mean encoded size (tests and benchmarks).
     #[cfg(test)]
     pub fn leaf_stats(&self) -> (usize, f64) {
@@ -597,7 +746,6 @@ fn insert(
                     let sep = separator(&last_left, right.first_key());
                     let right = new_node(Node::Leaf(right));
                     e.bytes += bytes(&right) as isize;
-                    e.reshaped = true;
                     (None, Some((sep, right)))
                 } else {
                     (None, None)
@@ -605,11 +753,16 @@ fn insert(
             }
         }
         Node::Branch(b) => {
+            let level = e.level();
             let (ci, below) = route.child(b, key);
+            e.descend(ci);
             let (old, split) = insert(&mut b.children[ci], key, meta, e, below);
             let Some((sep, child)) = split else {
                 return (old, None);
             };
+            // This branch's children change (and its parent's, if it
+            // splits: marked there).
+            e.reshape(level);
             if b.children.len() < BRANCH_CAP {
                 b.keys.insert(ci, sep);
                 b.children.insert(ci + 1, child);
@@ -667,7 +820,9 @@ fn remove(node: &mut Arc<Node>, key: &[u8], e: &mut Edit, route: Route<'_>) -> O
             p.found.then(|| l.remove_at(&p))
         }
         Node::Branch(b) => {
+            let level = e.level();
             let (ci, below) = route.child(b, key);
+            e.descend(ci);
             let removed = remove(&mut b.children[ci], key, e, below);
             if b.children[ci].is_empty() {
                 // An empty child goes with a separator, if it has one (a
@@ -675,15 +830,16 @@ fn remove(node: &mut Arc<Node>, key: &[u8], e: &mut Edit, route: Route<'_>) -> O
                 // emptied, it is removed by its own parent in turn).
                 let gone = b.children.remove(ci);
                 e.bytes -= bytes(&gone) as isize;
-                e.reshaped = true;
+                e.reshape(level);
                 if !b.keys.is_empty() {
                     b.keys.remove(ci.saturating_sub(1));
                 }
             } else if b.children[ci].underfull() {
                 // Merge with the left neighbour, else the right one.
                 let merged = ci > 0 && merge_if_fits(b, ci - 1, e);
-                if !merged && ci + 1 < b.children.len() {
-                    merge_if_fits(b, ci, e);
+                let merged = merged || (ci + 1 < b.children.len() && merge_if_fits(b, ci, e));
+                if merged {
+                    e.reshape(level);
                 }
             }
             removed
@@ -708,7 +864,6 @@ fn merge_if_fits(b: &mut Branch, i: usize, e: &mut Edit) -> bool {
     let right = b.children.remove(i + 1);
     let sep = b.keys.remove(i);
     e.bytes -= bytes(&right) as isize;
-    e.reshaped = true;
     let before = bytes(&b.children[i]) as isize;
     match (Arc::make_mut(&mut b.children[i]), &*right) {
         (Node::Leaf(x), Node::Leaf(y)) => x.append(y),
