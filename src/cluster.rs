@@ -8,18 +8,21 @@
 //!   migration (`CLUSTER MIGRATESLOTS`, Valkey 9+, whose keys `SCAN` hides
 //!   until the import completes).
 //! - The served slots are read from `CLUSTER NODES` at every server cron
-//!   tick (`hz`, 10 per second by default) and at every slot-migration
-//!   event. Slots that stop being served are purged from the index by the
+//!   tick (`hz`, 10 per second by default), paced so that the reads take at
+//!   most 1/[`COST_SHARE`] of the main thread (the reply grows with the
+//!   number of nodes), and at every slot-migration event. Slots that stop being served are purged from the index by the
 //!   indexer thread (off the main thread): some servers delete a lost
 //!   slot's keys without any notification (Redis 7.0).
 //! - A cancelled or failed atomic import purges the slots it imported.
 
+use crate::ffi::locked::{LockedCell, ServerLock};
 use crate::ffi::{self, server, Ctx};
 use crate::index::Op;
 use crate::slot::{served_from_nodes, SlotSet};
 use crate::state;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 static CLUSTER: AtomicBool = AtomicBool::new(false);
 
@@ -138,9 +141,32 @@ fn purge(ctx: Ctx, slots: SlotSet, why: &str) {
     m.push(Op::PurgeSlots(Arc::new(slots)));
 }
 
+/// The main thread's time a cron refresh may take is 1/`COST_SHARE`: after
+/// a refresh that took `t`, the next waits `t * COST_SHARE`.
+pub const COST_SHARE: u32 = 1000;
+
+/// When the next cron refresh may run (main thread only).
+static NEXT_REFRESH: LockedCell<Option<Instant>> = LockedCell::new(None);
+
+/// How long after a refresh that took `cost` the next may start: a 20 µs
+/// read (a few nodes) runs at every tick, a 1 ms one (hundreds of nodes)
+/// once a second.
+pub fn refresh_pause(cost: Duration) -> Duration {
+    cost.saturating_mul(COST_SHARE)
+}
+
 /// Server cron tick (`CronLoop` event).
 pub fn on_cron(ctx: Ctx) {
+    if !enabled() {
+        return;
+    }
+    let lock = ServerLock::in_callback();
+    let now = Instant::now();
+    if NEXT_REFRESH.get(&lock).is_some_and(|next| now < next) {
+        return;
+    }
     refresh(ctx);
+    NEXT_REFRESH.replace(&lock, Some(now + refresh_pause(now.elapsed())));
 }
 
 /// An atomic-slot-migration event (Valkey 9+) about `slots`.
@@ -176,5 +202,25 @@ pub fn on_slot_migration(ctx: Ctx, subevent: u64, slots: SlotSet) {
         }
         server::ASM_EXPORT_COMPLETED => refresh(ctx),
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case(20, 20)]
+    #[case(100, 100)]
+    #[case(1_000, 1_000)]
+    fn a_refresh_waits_a_thousand_times_what_it_took(#[case] took_us: u64, #[case] pause_ms: u64) {
+        let pause = refresh_pause(Duration::from_micros(took_us));
+        assert_eq!(pause, Duration::from_millis(pause_ms));
+    }
+
+    #[test]
+    fn an_absurd_cost_saturates_instead_of_overflowing() {
+        assert_eq!(refresh_pause(Duration::MAX), Duration::MAX);
     }
 }
