@@ -148,11 +148,15 @@ pub const COST_SHARE: u32 = 1000;
 /// When the next cron refresh may run (main thread only).
 static NEXT_REFRESH: LockedCell<Option<Instant>> = LockedCell::new(None);
 
-/// How long after a refresh that took `cost` the next may start: a 20 µs
+/// The longest pause between two cron refreshes, whatever they cost.
+pub const MAX_PAUSE: Duration = Duration::from_secs(1);
+
+/// How long after a refresh that took `cost` (main-thread CPU time: a
+/// preempted thread does not count the wait) the next may start: a 20 µs
 /// read (a few nodes) runs at every tick, a 1 ms one (hundreds of nodes)
-/// once a second.
+/// once a second, and none waits longer than [`MAX_PAUSE`].
 pub fn refresh_pause(cost: Duration) -> Duration {
-    cost.saturating_mul(COST_SHARE)
+    cost.saturating_mul(COST_SHARE).min(MAX_PAUSE)
 }
 
 /// Server cron tick (`CronLoop` event).
@@ -165,8 +169,10 @@ pub fn on_cron(ctx: Ctx) {
     if NEXT_REFRESH.get(&lock).is_some_and(|next| now < next) {
         return;
     }
+    let cpu = ffi::unlink::thread_cpu_us();
     refresh(ctx);
-    NEXT_REFRESH.replace(&lock, Some(now + refresh_pause(now.elapsed())));
+    let cost = Duration::from_micros(ffi::unlink::thread_cpu_us().saturating_sub(cpu));
+    NEXT_REFRESH.replace(&lock, Some(now + refresh_pause(cost)));
 }
 
 /// An atomic-slot-migration event (Valkey 9+) about `slots`.
@@ -214,13 +220,17 @@ mod tests {
     #[case(20, 20)]
     #[case(100, 100)]
     #[case(1_000, 1_000)]
-    fn a_refresh_waits_a_thousand_times_what_it_took(#[case] took_us: u64, #[case] pause_ms: u64) {
+    #[case(5_000, 1_000)]
+    fn a_refresh_waits_a_thousand_times_what_it_took_at_most_a_second(
+        #[case] took_us: u64,
+        #[case] pause_ms: u64,
+    ) {
         let pause = refresh_pause(Duration::from_micros(took_us));
         assert_eq!(pause, Duration::from_millis(pause_ms));
     }
 
     #[test]
     fn an_absurd_cost_saturates_instead_of_overflowing() {
-        assert_eq!(refresh_pause(Duration::MAX), Duration::MAX);
+        assert_eq!(refresh_pause(Duration::MAX), MAX_PAUSE);
     }
 }

@@ -311,10 +311,13 @@ extern "C" fn on_keyspace_event(
         let lock = ServerLock::in_callback();
         let Some(m) = state::try_get() else { return };
         if crate::idle::dropped(&lock) {
-            // No index to keep: only running copies and deletions watch
-            // keys (any database: the cheapest name-only bump).
+            // No index to keep: only running copies and deletions watch keys.
             if m.watches.any() {
-                m.watches.bump_moved(ffi::string_bytes(key));
+                let name = ffi::string_bytes(key);
+                match event_name(event) {
+                    b"move_from" | b"move_to" | b"copy_to" => m.watches.bump_moved(name),
+                    _ => m.watches.bump(ffi::selected_db(ctx), name),
+                }
             }
             return;
         }

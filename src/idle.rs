@@ -2,14 +2,13 @@
 //!
 //! With a timeout of `n` seconds (0, the default, keeps the index always),
 //! the index is dropped once no SNAPSHOT.SCAN or SNAPSHOT.UNLINK call has
-//! come for `n` seconds and no build is running: its memory is freed, and
-//! a notification then costs one check of a flag (plus the bookkeeping of
+//! come for `n` seconds, no iteration is open (its snapshot shares the
+//! index's memory) and no build is running: the trees are freed, and a
+//! notification then costs one check of a flag (plus the bookkeeping of
 //! running SNAPSHOT.HSCAN copies and deletions, which never needed the
 //! index). The next SNAPSHOT.SCAN or SNAPSHOT.UNLINK rebuilds it from the
 //! keyspace exactly as after MODULE LOAD (`backfill`): it and the calls
 //! after it answer `LOADING` with the progress until the build is done.
-//! Open iterations are not affected: each reads its own snapshot, which the
-//! drop does not touch.
 //!
 //! Locking: the state is read and written only under the server lock (cron
 //! ticks, notifications and command handlers on the main thread), so it
@@ -43,13 +42,14 @@ pub fn drops() -> u64 {
 
 /// A SNAPSHOT.SCAN or SNAPSHOT.UNLINK call: the index is in use. If it
 /// was dropped and the call needs it (`opening` a snapshot), its rebuild
-/// starts here.
-pub fn in_use(ctx: Ctx, m: &Module, opening: bool) {
+/// starts here; `Err` if it cannot start (the index stays dropped).
+pub fn in_use(ctx: Ctx, m: &Module, opening: bool) -> Result<(), &'static str> {
     let lock = ServerLock::in_callback();
     LAST_USE_MS.replace(&lock, m.mono_ms());
-    if opening && DROPPED.get(&lock) {
-        rebuild(&lock, ctx, m);
+    if opening && DROPPED.get(&lock) && !rebuild(&lock, ctx, m) {
+        return Err("ERR snapscan: the index was dropped for want of scans and its rebuild could not start; retry later");
     }
+    Ok(())
 }
 
 /// A server cron tick: drops the index if it has been idle long enough,
@@ -59,12 +59,18 @@ pub fn on_cron(ctx: Ctx, m: &Module) {
     let timeout_ms = config::get(&config::INDEX_IDLE_TIMEOUT) as u64 * 1000;
     if DROPPED.get(&lock) {
         if timeout_ms == 0 {
-            rebuild(&lock, ctx, m);
+            rebuild(&lock, ctx, m); // retried at the next tick if it cannot start
         }
         return;
     }
     let idle_ms = m.mono_ms().saturating_sub(LAST_USE_MS.get(&lock));
     if timeout_ms == 0 || idle_ms < timeout_ms || crate::backfill::progress().running {
+        return;
+    }
+    // An open iteration's snapshot shares the index's nodes: dropping would
+    // free nothing, and would leave the iteration holding every node alone,
+    // past `snapshot.max-retained-bytes`, which would end it.
+    if m.cursors.stats().open > 0 {
         return;
     }
     DROPPED.replace(&lock, true);
@@ -82,11 +88,22 @@ pub fn on_cron(ctx: Ctx, m: &Module) {
     );
 }
 
-fn rebuild(lock: &ServerLock, ctx: Ctx, m: &Module) {
+/// Starts the rebuild; false if the walk could not start (then the index
+/// stays dropped: an empty index must not be served as complete).
+fn rebuild(lock: &ServerLock, ctx: Ctx, m: &Module) -> bool {
+    if crate::backfill::needed(ctx, m.databases) {
+        crate::backfill::start(ctx);
+        if !crate::backfill::progress().running {
+            crate::ffi::log(
+                ctx,
+                "warning",
+                "snapscan: cannot start rebuilding the index",
+            );
+            return false;
+        }
+    }
     DROPPED.replace(lock, false);
     LAST_USE_MS.replace(lock, m.mono_ms());
     crate::ffi::log(ctx, "notice", "snapscan: rebuilding the index");
-    if crate::backfill::needed(ctx, m.databases) {
-        crate::backfill::start(ctx);
-    }
+    true
 }

@@ -73,7 +73,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     state::ensure_threads(m);
     crate::events::settle();
     // Only opening needs the index: a continuation reads its snapshot.
-    crate::idle::in_use(ctx, m, cursor == 0);
+    crate::idle::in_use(ctx, m, cursor == 0).map_err(CmdError::msg)?;
     if cursor == 0 {
         index_ready()?;
     }

@@ -98,7 +98,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
         return Err(CmdError::msg(IN_TRANSACTION));
     }
     crate::events::settle();
-    crate::idle::in_use(ctx, m, true);
+    crate::idle::in_use(ctx, m, true).map_err(CmdError::msg)?;
     super::scan::index_ready()?;
     let type_filter = match type_name {
         None => None,

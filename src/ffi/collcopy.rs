@@ -39,8 +39,9 @@ impl From<OverLimit> for CopyError {
 const ZSCAN_STEP: usize = 1000;
 /// Upper bound on the calls of a copy to the end (`ZSCAN`, or
 /// `RedisModule_ScanKey`: the server's cursor always ends; this only bounds
-/// a misbehaving one).
-const MAX_CALLS: usize = 1 << 24;
+/// a misbehaving one). A `RedisModule_ScanKey` call walks about one bucket,
+/// and a table of 2^k buckets takes 2^k calls: past any table's size.
+const MAX_CALLS: usize = 1 << 40;
 /// `RedisModule_ScanKey` calls a slice may make per element it wants (each
 /// call walks one step of the table's cursor, one bucket or so, empty or
 /// not; native `HSCAN` allows `COUNT * 10` steps the same way).
