@@ -43,12 +43,14 @@ fn aligned_start(base: usize, align: usize) -> usize {
 
 pub struct CountingAlloc;
 
-// SAFETY: blocks come from RedisAlloc, a valid GlobalAlloc. A block aligned
-// beyond malloc's is carved out of a larger one (see `aligned_start`: it
-// lies inside it, with `layout.size()` bytes after it and 8 bytes before it
-// for the server's pointer, which `dealloc` reads back); the bookkeeping
-// never touches the memory handed out.
+// A block aligned beyond malloc's is carved out of a larger one (see
+// `aligned_start`: it lies inside it, with `layout.size()` bytes after it
+// and 8 bytes before it for the server's pointer, which `dealloc` reads
+// back); the bookkeeping never touches the memory handed out.
+// SAFETY: blocks come from RedisAlloc, a valid GlobalAlloc (see above).
 unsafe impl GlobalAlloc for CountingAlloc {
+    // SAFETY: callers uphold GlobalAlloc::alloc's contract (a non-zero-sized
+    // layout), which is passed on as is.
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let Some(server) = server_layout(layout) else {
             return std::ptr::null_mut();

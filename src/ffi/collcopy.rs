@@ -46,14 +46,8 @@ const MAX_CALLS: usize = 1 << 40;
 /// call walks one step of the table's cursor, one bucket or so, empty or
 /// not; native `HSCAN` allows `COUNT * 10` steps the same way).
 const CALLS_PER_ELEMENT: usize = 10;
-/// How a slice opens the key: no side effects (no LRU/LFU touch, no
-/// keyspace-miss event, no stats, no lazy expiry or field reclaim).
-const OPEN_FLAGS: u32 = raw::REDISMODULE_READ
-    | raw::REDISMODULE_OPEN_KEY_NOTOUCH
-    | raw::REDISMODULE_OPEN_KEY_NONOTIFY
-    | raw::REDISMODULE_OPEN_KEY_NOSTATS
-    | raw::REDISMODULE_OPEN_KEY_NOEXPIRE
-    | raw::REDISMODULE_OPEN_KEY_NOEFFECTS;
+/// How a slice opens the key: no side effects.
+use super::keys::OPEN_FLAGS;
 
 fn check(r: *mut raw::RedisModuleCallReply) -> Result<(), CopyError> {
     match reply_type(r) {

@@ -21,12 +21,7 @@ pub enum Verdict {
     Unknown,
 }
 
-const OPEN_FLAGS: u32 = raw::REDISMODULE_READ
-    | raw::REDISMODULE_OPEN_KEY_NOTOUCH
-    | raw::REDISMODULE_OPEN_KEY_NONOTIFY
-    | raw::REDISMODULE_OPEN_KEY_NOSTATS
-    | raw::REDISMODULE_OPEN_KEY_NOEXPIRE
-    | raw::REDISMODULE_OPEN_KEY_NOEFFECTS;
+use super::keys::OPEN_FLAGS;
 
 /// Whether this server opens keys without lazy expiry (`NOEXPIRE`: Redis
 /// 7.2+, Valkey), which [`judge`] needs.

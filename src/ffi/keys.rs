@@ -24,7 +24,9 @@ pub struct Found {
     pub expire: Option<i64>,
 }
 
-const OPEN_FLAGS: u32 = raw::REDISMODULE_READ
+/// How the module opens a key it only reads: no side effects (no LRU/LFU
+/// touch, no keyspace-miss event, no stats, no lazy expiry or field reclaim).
+pub(crate) const OPEN_FLAGS: u32 = raw::REDISMODULE_READ
     | raw::REDISMODULE_OPEN_KEY_NOTOUCH
     | raw::REDISMODULE_OPEN_KEY_NONOTIFY
     | raw::REDISMODULE_OPEN_KEY_NOSTATS
