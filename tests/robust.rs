@@ -445,9 +445,13 @@ fn memory_held_by_old_versions_is_capped_by_ending_the_oldest_iterations() {
         info_u64(&mut con, "snapshot_index_backlog") == 0
             && info_u64(&mut con, "snapshot_retained_bytes") <= CAP + batch
     });
-    let evicted = info_u64(&mut con, "snapshot_cursors_evicted_memory");
+    // Both figures from one INFO reply (the registry reports them under one
+    // lock): the module may still be ending iterations meanwhile.
+    let info = cmd_str(&mut con, &["INFO", "snapshot"]);
+    let figure = |name: &str| -> u64 { info_field(&info, name).unwrap().parse().unwrap() };
+    let evicted = figure("snapshot_cursors_evicted_memory");
     assert!(evicted > 0, "no iteration ended");
-    let open = info_u64(&mut con, "snapshot_open_snapshots");
+    let open = figure("snapshot_open_snapshots");
     assert_eq!(open + evicted, 30);
     assert!(info_u64(&mut con, "snapshot_retained_versions") <= open);
     // The oldest iteration was ended, and says why; the newest goes on.
