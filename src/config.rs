@@ -39,7 +39,7 @@ pub static HASH_COPY_BATCH: AtomicI64 = AtomicI64::new(1000);
 pub static HASH_MEMORY_LIMIT: AtomicI64 = AtomicI64::new(256 << 20);
 
 /// `snapshot.unlink-batch`: keys SNAPSHOT.UNLINK deletes per slice at most.
-pub use crate::commands::unlink::UNLINK_BATCH;
+pub use crate::unlink::UNLINK_BATCH;
 
 /// `snapshot.index-idle-timeout`: seconds without a SNAPSHOT.SCAN or
 /// SNAPSHOT.UNLINK call after which the index is dropped until the next

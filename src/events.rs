@@ -13,12 +13,12 @@
 //! MOVE/COPY ... DB, which some servers fire from a context selected on
 //! another database, so the key is re-read in every database.
 
-use crate::backfill;
-use crate::ffi::locked::{LockedCell, ServerLock};
-use crate::ffi::subscribe::{self as sub, event_name};
-use crate::ffi::thread_ctx::Detached;
-use crate::ffi::{self, keys, Ctx};
 use crate::index::{Key, Meta, Op, TypeNames};
+use crate::keyspace::backfill;
+use crate::server::locked::{LockedCell, ServerLock};
+use crate::server::subscribe::{self as sub, event_name};
+use crate::server::thread_ctx::Detached;
+use crate::server::{self, keys, Ctx};
 use crate::state::{self, Module};
 use redis_module::raw;
 use std::os::raw::{c_char, c_int, c_void};
@@ -78,8 +78,8 @@ fn claim_pending(lock: &ServerLock, m: &Module, db: usize, name: &[u8]) -> (Opti
     let guard = PROBE.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(probe) = guard.as_ref() {
         let ctx = probe.ctx();
-        if let Some(n) = ffi::OwnedString::new(ctx, p.key.as_bytes()) {
-            if ffi::select_db(ctx, p.db) {
+        if let Some(n) = server::OwnedString::new(ctx, p.key.as_bytes()) {
+            if server::select_db(ctx, p.db) {
                 apply(m, p.db, p.key.as_bytes(), keys::probe(ctx, n.ptr()));
             }
         }
@@ -114,16 +114,16 @@ pub fn subscribe(ctx: Ctx) -> Result<(), String> {
     let mut optional: Vec<(u64, raw::RedisModuleEventCallback)> =
         vec![(raw::REDISMODULE_EVENT_CRON_LOOP, Some(on_cron))];
     optional.push((raw::REDISMODULE_EVENT_REPL_ASYNC_LOAD, Some(on_async_load)));
-    if crate::cluster::module_options(ctx) != 0 {
+    if crate::keyspace::cluster::module_options(ctx) != 0 {
         optional.push((
-            ffi::server::EVENT_ATOMIC_SLOT_MIGRATION,
+            server::host::EVENT_ATOMIC_SLOT_MIGRATION,
             Some(on_slot_migration),
         ));
     }
     for (id, cb) in optional {
         // An unknown event is refused, which is fine.
         if sub::server_event(ctx, id, cb) != Some(true) {
-            ffi::log(
+            server::log(
                 ctx,
                 "notice",
                 &format!("snapscan: no server event {id} here"),
@@ -180,9 +180,9 @@ extern "C" fn on_cron(
     _data: *mut c_void,
 ) {
     guarded(ctx, "cron", || {
-        crate::cluster::on_cron(ctx);
+        crate::keyspace::cluster::on_cron(ctx);
         if let Some(m) = state::try_get() {
-            crate::idle::on_cron(ctx, m);
+            crate::keyspace::idle::on_cron(ctx, m);
         }
     });
 }
@@ -202,8 +202,8 @@ extern "C" fn on_key_unlinked(
         return;
     }
     guarded(ctx, "key unlink", || {
-        ffi::server::with_key_event_target(data, |db, name| {
-            crate::unlink::on_key_unlinked(subevent, db, name)
+        server::host::with_key_event_target(data, |db, name| {
+            crate::keyspace::deleted::on_key_unlinked(subevent, db, name)
         });
     });
 }
@@ -215,7 +215,7 @@ extern "C" fn on_async_load(
     _data: *mut c_void,
 ) {
     guarded(ctx, "async load", || {
-        crate::replication::on_async_load(ctx, subevent)
+        crate::keyspace::replication::on_async_load(ctx, subevent)
     });
 }
 
@@ -226,14 +226,18 @@ extern "C" fn on_slot_migration(
     data: *mut c_void,
 ) {
     guarded(ctx, "slot migration", || {
-        crate::cluster::on_slot_migration(ctx, subevent, ffi::server::asm_event_slots(data))
+        crate::keyspace::cluster::on_slot_migration(
+            ctx,
+            subevent,
+            server::host::asm_event_slots(data),
+        )
     });
 }
 
 /// Runs `f` so that a panic never unwinds into the server.
 fn guarded(ctx: Ctx, what: &str, f: impl FnOnce()) {
     if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
-        ffi::log(
+        server::log(
             ctx,
             "warning",
             &format!("snapscan: internal error in {what} handler"),
@@ -290,11 +294,11 @@ fn refresh_everywhere(m: &Module, key: &[u8]) {
     let guard = PROBE.lock().unwrap_or_else(|e| e.into_inner());
     let Some(probe) = guard.as_ref() else { return };
     let ctx = probe.ctx();
-    let Some(name) = ffi::OwnedString::new(ctx, key) else {
+    let Some(name) = server::OwnedString::new(ctx, key) else {
         return;
     };
     for db in 0..m.databases {
-        if ffi::select_db(ctx, db) {
+        if server::select_db(ctx, db) {
             apply(m, db, key, keys::probe(ctx, name.ptr()));
         }
     }
@@ -306,17 +310,17 @@ extern "C" fn on_keyspace_event(
     event: *const c_char,
     key: *mut raw::RedisModuleString,
 ) -> c_int {
-    let _restore = ffi::clientdb::RestoreDb::new(ctx); // Valkey 8 bug, see clientdb.rs
+    let _restore = server::clientdb::RestoreDb::new(ctx); // Valkey 8 bug, see clientdb.rs
     guarded(ctx, "keyspace event", || {
         let lock = ServerLock::in_callback();
         let Some(m) = state::try_get() else { return };
-        if crate::idle::dropped(&lock) {
+        if crate::keyspace::idle::dropped(&lock) {
             // No index to keep: only running copies and deletions watch keys.
             if m.watches.any() {
-                let name = ffi::string_bytes(key);
+                let name = server::string_bytes(key);
                 match event_name(event) {
                     b"move_from" | b"move_to" | b"copy_to" => m.watches.bump_moved(name),
-                    _ => m.watches.bump(ffi::selected_db(ctx), name),
+                    _ => m.watches.bump(server::selected_db(ctx), name),
                 }
             }
             return;
@@ -324,16 +328,16 @@ extern "C" fn on_keyspace_event(
         // Only callbacks under the server lock count this: no locked add.
         let n = m.stats.events.load(Ordering::Relaxed);
         m.stats.events.store(n + 1, Ordering::Relaxed);
-        let db = ffi::selected_db(ctx);
-        let name = ffi::string_bytes(key);
+        let db = server::selected_db(ctx);
+        let name = server::string_bytes(key);
         // A deletion the `Key` event just logged (see unlink.rs); taken by
         // every notification, so it never outlives the pair.
-        let gone = crate::unlink::take_gone(&lock, db, name);
+        let gone = crate::keyspace::deleted::take_gone(&lock, db, name);
         if type_ & raw::REDISMODULE_NOTIFY_LOADED != 0 {
             // RDB loading: no execution units, and the name may live on the
             // server's stack; read the key now through a heap copy.
             m.watches.bump(db, name);
-            if crate::replication::async_loading() {
+            if crate::keyspace::replication::async_loading() {
                 return; // a temporary database's key (see replication.rs)
             }
             return apply(m, db, name, keys::probe_copy(ctx, key));
@@ -367,7 +371,7 @@ extern "C" fn on_keyspace_event(
             m.watches.bump(db, name);
         }
         match event {
-            _ if deleted => crate::unlink::log_gone(&lock, m, db, name, gone),
+            _ if deleted => crate::keyspace::deleted::log_gone(&lock, m, db, name, gone),
             b"move_from" | b"move_to" | b"copy_to" => refresh_everywhere(m, name),
             // A string SET: the key is now a string. Its expiry is none,
             // or kept (KEEPTTL), or set by the "expire" event that the SET
@@ -458,14 +462,15 @@ extern "C" fn on_loading(
                 backfill::topology_changed();
             }
             // An aborted async load leaves the old dataset (replication.rs).
-            raw::REDISMODULE_SUBEVENT_LOADING_FAILED if crate::replication::owns_failed_load() => {}
+            raw::REDISMODULE_SUBEVENT_LOADING_FAILED
+                if crate::keyspace::replication::owns_failed_load() => {}
             raw::REDISMODULE_SUBEVENT_LOADING_FAILED => {
                 // Whatever is in memory now is the truth: forget what the
                 // partial load indexed and rebuild from memory (unless the
                 // index is dropped: its next use rebuilds it).
                 m.push(Op::FlushAll);
                 m.watches.bump_all();
-                if !crate::idle::dropped(&ServerLock::in_callback()) {
+                if !crate::keyspace::idle::dropped(&ServerLock::in_callback()) {
                     backfill::start(ctx);
                 }
             }

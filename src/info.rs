@@ -1,8 +1,8 @@
 //! The `snapshot` INFO section.
 
-use crate::backfill;
-use crate::ffi::info::{self as ffi_info, field, InfoCtx};
-use crate::ffi::Ctx;
+use crate::keyspace::backfill;
+use crate::server::info::{self as ffi_info, field, InfoCtx};
+use crate::server::Ctx;
 use crate::state;
 use std::os::raw::c_int;
 use std::sync::atomic::Ordering;
@@ -43,7 +43,7 @@ fn fill(ctx: InfoCtx) {
     // open snapshots, the log and the cursors). The structure-size estimate
     // is used only where the counting allocator is not installed.
     let heap = crate::alloc::heap_bytes();
-    let measured = heap.saturating_sub(crate::hash::bytes_held());
+    let measured = heap.saturating_sub(crate::collections::bytes_held());
     let mem = if heap == 0 { mem } else { measured };
     field(ctx, "index_memory_bytes", mem as u64);
     field(ctx, "module_heap_bytes", heap as u64);
@@ -103,18 +103,18 @@ fn fill(ctx: InfoCtx) {
         "scans_refused_busy",
         st.scans_busy.load(Ordering::Relaxed),
     );
-    field(ctx, "thread_restarts", crate::pool::thread_restarts());
-    field(ctx, "thread_failures", crate::pool::thread_failures());
+    field(ctx, "thread_restarts", crate::runtime::thread_restarts());
+    field(ctx, "thread_failures", crate::runtime::thread_failures());
     field(ctx, "threads_down", state::threads_down(m));
     field(ctx, "workers", m.pool.threads() as u64);
     field(ctx, "worker_queue_depth", m.pool.queued() as u64);
     field(ctx, "workers_busy", m.pool.busy() as u64);
-    for (name, v) in crate::commands::hscan::info_figures(m) {
+    for (name, v) in crate::scan::hscan::info_figures(m) {
         field(ctx, name, v);
     }
-    let dropped = crate::idle::dropped(&crate::ffi::locked::ServerLock::in_callback());
+    let dropped = crate::keyspace::idle::dropped(&crate::server::locked::ServerLock::in_callback());
     field(ctx, "index_dropped", dropped as u64);
-    field(ctx, "index_drops", crate::idle::drops());
+    field(ctx, "index_drops", crate::keyspace::idle::drops());
     let p = backfill::progress();
     field(ctx, "backfill_in_progress", p.running as u64);
     let pct = if p.running {

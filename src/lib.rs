@@ -5,28 +5,27 @@
 
 #[cfg_attr(test, allow(dead_code))]
 mod alloc;
-pub mod backfill;
-pub mod cluster;
+pub mod collections;
 pub mod commands;
 pub mod config;
 pub mod cursor;
 pub mod events;
-pub mod ffi;
 pub mod glob;
-pub mod hash;
-pub mod idle;
 pub mod index;
 #[cfg_attr(test, allow(dead_code))]
 mod info;
-pub mod pool;
-pub mod replication;
+pub mod keyspace;
+pub mod runtime;
+pub mod scan;
+pub mod server;
 pub mod slot;
 pub mod state;
 pub mod unlink;
 
 #[cfg(not(test))]
 mod module {
-    use crate::{backfill, cluster, commands, config, events, ffi, info, replication, state};
+    use crate::keyspace::{backfill, cluster, replication};
+    use crate::{commands, config, events, info, server, state};
     use redis_module::{redis_module, Context, RedisString, Status};
 
     fn databases(ctx: &Context) -> usize {
@@ -63,18 +62,18 @@ mod module {
         // thread, no timer, no subscription).
         let args: Vec<&[u8]> = args.iter().map(RedisString::as_slice).collect();
         if let Err(e) =
-            config::parse_args(&args).and_then(|given| ffi::configs::register(ctx.ctx, &given))
+            config::parse_args(&args).and_then(|given| server::configs::register(ctx.ctx, &given))
         {
             ctx.log_warning(&format!("snapscan: refusing to load: {e}"));
             return Status::Err;
         }
-        ffi::latency::init(ctx.ctx);
+        server::latency::init(ctx.ctx);
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64)
             ^ u64::from(std::process::id()).rotate_left(32);
         let dbs = databases(ctx);
-        commands::hscan::HASH_FIELD_TTL.store(
+        crate::scan::hscan::HASH_FIELD_TTL.store(
             has_hash_field_ttl(ctx),
             std::sync::atomic::Ordering::Relaxed,
         );
@@ -82,9 +81,9 @@ mod module {
         state::init(dbs, seed);
         // Never switch a server feature off: declare what the module copes with.
         let options = cluster::module_options(ctx.ctx) | replication::module_options();
-        ffi::server::set_module_options(ctx.ctx, options);
+        server::host::set_module_options(ctx.ctx, options);
         cluster::init(ctx.ctx);
-        ffi::clientdb::init(ctx.ctx, ffi::server::valkey_major(ctx.ctx));
+        server::clientdb::init(ctx.ctx, server::host::valkey_major(ctx.ctx));
         if let Err(e) = events::subscribe(ctx.ctx).and_then(|_| commands::register(ctx.ctx)) {
             ctx.log_warning(&format!("snapscan: {e}"));
             return Status::Err;
@@ -96,7 +95,7 @@ mod module {
         state::start_indexer();
         state::start_janitor();
         if backfill::needed(ctx.ctx, dbs) {
-            ffi::log(
+            server::log(
                 ctx.ctx,
                 "notice",
                 "snapscan: data present at load, building the index in the background",

@@ -1,12 +1,12 @@
 //! The module's global state, created once in `init`.
 
+use crate::collections::watch::Watches;
+use crate::collections::CollCopy;
 use crate::config;
 use crate::cursor::{Group, Registry};
-use crate::hash::watch::Watches;
-use crate::hash::CollCopy;
 use crate::index::live::OpenRequest;
 use crate::index::{Key, KeyMap, Live, Op, Snapshot, TypeNames};
-use crate::pool::{Fault, Pool, Reaper};
+use crate::runtime::{Fault, Pool, Reaper};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
@@ -17,7 +17,7 @@ pub struct ScanCursor {
     pub after: Key,
     /// For an iteration opened inside a script: what is known of the
     /// server's frozen clock (see `commands::scan`); `None` otherwise.
-    pub clock: Option<crate::commands::scan::ScriptClock>,
+    pub clock: Option<crate::scan::keyspace::ScriptClock>,
 }
 
 /// What a registered iteration shares its memory with.
@@ -115,7 +115,7 @@ impl Module {
     ) -> bool {
         // Called from notifications and the index build, on the main
         // thread under the server lock.
-        let lock = crate::ffi::locked::ServerLock::in_callback();
+        let lock = crate::server::locked::ServerLock::in_callback();
         self.live
             .push_truth(&lock, db, (key.0, key.1, hash), truth, existed, &|maps| {
                 self.dispose_maps(maps)
@@ -126,7 +126,7 @@ impl Module {
     /// the index already says so (see [`Live::skip_if_plain_h`]); `h` is the
     /// hash [`prefetch_truth`](Self::prefetch_truth) returned.
     #[inline]
-    pub fn skip_if_plain_h(&self, lock: &crate::ffi::locked::ServerLock, h: u64) -> bool {
+    pub fn skip_if_plain_h(&self, lock: &crate::server::locked::ServerLock, h: u64) -> bool {
         self.live.skip_if_plain_h(lock, h)
     }
 
@@ -194,7 +194,7 @@ impl Module {
 
     /// Runs `job` on a worker thread, or right here if the pool cannot
     /// take it (the job owns its reply guard either way).
-    pub fn on_worker(&self, job: crate::pool::Job) {
+    pub fn on_worker(&self, job: crate::runtime::Job) {
         if let Err(job) = self.pool.submit(job) {
             job();
         }
@@ -245,7 +245,7 @@ impl Module {
 
 /// Creates the global state (idempotent).
 pub fn init(databases: usize, seed: u64) -> &'static Module {
-    crate::pool::set_logger(log_line);
+    crate::runtime::set_logger(log_line);
     MODULE.get_or_init(|| Module {
         live: Live::new(databases),
         databases: databases.max(1),
@@ -334,7 +334,7 @@ pub fn bound_retained(m: &Module) {
 }
 
 fn log_line(msg: &str) {
-    crate::ffi::log(std::ptr::null_mut(), "warning", msg);
+    crate::server::log(std::ptr::null_mut(), "warning", msg);
 }
 
 /// Applies the index's operation log on its own thread, forever; a panic
@@ -342,9 +342,9 @@ fn log_line(msg: &str) {
 pub fn start_indexer() {
     let Some(m) = try_get() else { return };
     m.indexer_alive.store(true, Ordering::SeqCst);
-    let ok = crate::pool::spawn_named("snapscan-indexer".into(), || {
+    let ok = crate::runtime::spawn_named("snapscan-indexer".into(), || {
         if let Some(m) = try_get() {
-            crate::pool::run_supervised("snapscan-indexer", &|| {
+            crate::runtime::run_supervised("snapscan-indexer", &|| {
                 m.live
                     .run_indexer(&|maps: Vec<KeyMap>| m.dispose_maps(maps), &|_| {
                         indexer_tick(m)
@@ -359,7 +359,7 @@ pub fn start_indexer() {
 }
 
 fn indexer_tick(m: &Module) {
-    if crate::pool::take_fault(Fault::Indexer) {
+    if crate::runtime::take_fault(Fault::Indexer) {
         panic!("injected fault (test hook)");
     }
     // Test hook: hold the indexer (bounded, re-checked every millisecond).
@@ -376,11 +376,11 @@ fn indexer_tick(m: &Module) {
 pub fn start_janitor() {
     let Some(m) = try_get() else { return };
     m.janitor_alive.store(true, Ordering::SeqCst);
-    let ok = crate::pool::spawn_named("snapscan-janitor".into(), || {
+    let ok = crate::runtime::spawn_named("snapscan-janitor".into(), || {
         if let Some(m) = try_get() {
-            crate::pool::run_supervised("snapscan-janitor", &|| loop {
+            crate::runtime::run_supervised("snapscan-janitor", &|| loop {
                 std::thread::sleep(Duration::from_millis(250));
-                if crate::pool::take_fault(Fault::Janitor) {
+                if crate::runtime::take_fault(Fault::Janitor) {
                     panic!("injected fault (test hook)");
                 }
                 let idle_ms = config::get(&config::IDLE_TIMEOUT) as u64 * 1000;

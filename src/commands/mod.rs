@@ -4,16 +4,12 @@
 //! reply. No panic crosses into the server: it becomes an error reply.
 
 pub mod args;
-pub mod collection;
 pub mod docs;
-pub mod hscan;
-pub mod scan;
-pub mod sscan;
 pub mod testhook;
-pub mod unlink;
-pub mod zscan;
 
-use crate::ffi::{self, reply::Reply, Ctx};
+use crate::scan::{hscan, keyspace as scan, sscan, zscan};
+use crate::server::{self, reply::Reply, Ctx};
+use crate::unlink;
 use args::CmdError;
 use redis_module::raw;
 use std::ffi::CString;
@@ -27,15 +23,15 @@ fn dispatch(
     argc: c_int,
     handler: Handler,
 ) -> c_int {
-    let args = ffi::command::args(argv, argc);
-    ffi::blocked::take_blocked_flag();
+    let args = server::command::args(argv, argc);
+    server::blocked::take_blocked_flag();
     let started = std::time::Instant::now();
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(ctx, &args)));
     // A client blocked by the handler is answered by its BlockedReply only
     // (also when the handler panicked after blocking it).
-    let blocked = ffi::blocked::take_blocked_flag();
+    let blocked = server::blocked::take_blocked_flag();
     if !blocked {
-        ffi::latency::report(ffi::latency::Event::Inline, started);
+        server::latency::report(server::latency::Event::Inline, started);
     }
     let r = Reply::new(ctx);
     match outcome {
@@ -159,10 +155,10 @@ pub fn register(ctx: Ctx) -> Result<(), String> {
     for c in COMMANDS.iter().chain(hooks) {
         let name = CString::new(c.name).map_err(|e| e.to_string())?;
         let flags = CString::new(c.flags).map_err(|e| e.to_string())?;
-        ffi::command::create(ctx, &name, c.func, &flags, c.keys)?;
+        server::command::create(ctx, &name, c.func, &flags, c.keys)?;
         let acl = CString::new(c.acl).map_err(|e| e.to_string())?;
-        if ffi::command::set_acl_categories(ctx, &name, &acl) == Some(false) {
-            ffi::log(
+        if server::command::set_acl_categories(ctx, &name, &acl) == Some(false) {
+            server::log(
                 ctx,
                 "warning",
                 &format!("snapscan: cannot set ACL categories of {}", c.name),
@@ -177,8 +173,8 @@ pub fn register(ctx: Ctx) -> Result<(), String> {
 /// entry in [`docs::DOCS`] (summary, arguments, tips, key specs, arity).
 fn set_docs(ctx: Ctx) {
     for d in docs::DOCS {
-        if let Err(e) = ffi::cmdinfo::set(ctx, d) {
-            ffi::log(ctx, "warning", &format!("snapscan: {e}"));
+        if let Err(e) = server::cmdinfo::set(ctx, d) {
+            server::log(ctx, "warning", &format!("snapscan: {e}"));
         }
     }
 }

@@ -24,7 +24,7 @@ use super::filter::{KeyFilter, MIN_CAPACITY};
 use super::meta::STRING;
 use super::recent::Recent;
 use super::{Key, KeyMap, Keyspace, Meta, Snapshot};
-use crate::ffi::locked::{LockedCell, ServerLock};
+use crate::server::locked::{LockedCell, ServerLock};
 use crate::slot::SlotSet;
 use arc_swap::{ArcSwap, ArcSwapOption};
 use std::collections::{BTreeMap, VecDeque};
@@ -279,9 +279,9 @@ impl Live {
         let h = super::filter::hash(key);
         let base = self.filter_base.load(Ordering::Relaxed);
         let block = (h & self.filter_mask.load(Ordering::Relaxed)) as usize;
-        crate::ffi::cpu::prefetch((base as *const u8).wrapping_add(block * 64));
+        crate::index::prefetch::prefetch((base as *const u8).wrapping_add(block * 64));
         let slot = super::recent::slot_of(db, h) * super::recent::SLOT_BYTES;
-        crate::ffi::cpu::prefetch((self.recent_base as *const u8).wrapping_add(slot));
+        crate::index::prefetch::prefetch((self.recent_base as *const u8).wrapping_add(slot));
         h
     }
 

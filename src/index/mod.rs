@@ -11,6 +11,7 @@ pub mod key;
 pub mod leaf;
 pub mod live;
 pub mod meta;
+pub mod prefetch;
 pub mod recent;
 pub mod tree;
 pub mod walk;

@@ -1,14 +1,14 @@
 //! SNAPSHOT.SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]
 
-use super::args::{parse_cursor, parse_options, Allowed, CmdError};
-use crate::backfill;
+use crate::commands::args::{parse_cursor, parse_options, Allowed, CmdError};
 use crate::config;
-use crate::ffi::expiry::Verdict;
-use crate::ffi::{self, blocked::BlockedReply, reply::Reply, Ctx};
 use crate::glob::Pattern;
 use crate::index::live::OpenRequest;
 use crate::index::walk::{walk_snapshot_at, Page, ScanSpec};
 use crate::index::{Key, Snapshot};
+use crate::keyspace::backfill;
+use crate::server::expiry::Verdict;
+use crate::server::{self, blocked::BlockedReply, reply::Reply, Ctx};
 use crate::state::{self, Module, ScanCursor};
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,7 +25,7 @@ pub const INLINE_TAKE_BUDGET: Duration = Duration::from_millis(1);
 /// `lo <= T0 <= hi`. `hi` is the server's cached clock at the cursor-0 call
 /// (the snapshot's instant), which a script running past
 /// `busy-reply-threshold` lets run ahead of `T0`. A key whose expiry lies
-/// in `[lo, hi)` is judged by asking the server (see `ffi::expiry`) while
+/// in `[lo, hi)` is judged by asking the server (see `server::expiry`) while
 /// the call runs inline; the first such key found alive gives `T0` exactly.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ScriptClock {
@@ -73,7 +73,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     state::ensure_threads(m);
     crate::events::settle();
     // Only opening needs the index: a continuation reads its snapshot.
-    crate::idle::in_use(ctx, m, cursor == 0).map_err(CmdError::msg)?;
+    crate::keyspace::idle::in_use(ctx, m, cursor == 0).map_err(CmdError::msg)?;
     if cursor == 0 {
         index_ready()?;
     }
@@ -86,15 +86,19 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
             ))
         })?),
     };
-    let db = ffi::selected_db(ctx);
+    let db = server::selected_db(ctx);
     let start = if cursor == 0 {
         Module::bump(&m.stats.snapshots_opened, 1);
-        let at = ffi::command_time_ms();
-        let clock = (ffi::in_script(ctx) && ffi::expiry::supported()).then_some(ScriptClock {
-            lo: i64::MIN,
-            hi: at,
-        });
-        Start::Open(m.open_in(db, at, crate::cluster::visible_slots()), clock)
+        let at = server::command_time_ms();
+        let clock =
+            (server::in_script(ctx) && server::expiry::supported()).then_some(ScriptClock {
+                lo: i64::MIN,
+                hi: at,
+            });
+        Start::Open(
+            m.open_in(db, at, crate::keyspace::cluster::visible_slots()),
+            clock,
+        )
     } else {
         match m.cursors.take_in(cursor, db) {
             Ok(e) => Start::At {
@@ -127,7 +131,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
         budget: config::get(&config::SCAN_BUDGET),
     };
     Module::bump(&m.stats.scans, 1);
-    let (blocked, start) = if ffi::blocking_denied(ctx) || m.pool.threads() == 0 {
+    let (blocked, start) = if server::blocking_denied(ctx) || m.pool.threads() == 0 {
         (None, start)
     } else {
         match small_page(m, start, &spec) {
@@ -157,7 +161,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
 }
 
 /// The `LOADING` error while the index is being built after MODULE LOAD.
-pub(super) fn index_ready() -> Result<(), CmdError> {
+pub(crate) fn index_ready() -> Result<(), CmdError> {
     let p = backfill::progress();
     if p.running {
         return Err(CmdError::msg(format!(
@@ -215,7 +219,7 @@ fn serve_inline(
             clock,
         } => (snap, after, pages, clock),
     };
-    let judge = |name: &[u8], when: i64| ffi::expiry::judge(ctx, name, when);
+    let judge = |name: &[u8], when: i64| server::expiry::judge(ctx, name, when);
     let (page, clock) = page_of(&snap, after.as_ref(), spec, clock, Some(&judge));
     Ok(finish(m, snap, pages, page, clock))
 }
@@ -277,7 +281,7 @@ fn page_of(
 /// Pending index operations a small cursor-0 page may apply on the main
 /// thread to cut its snapshot (under a write load, applying a few hundred
 /// took milliseconds there); with more pending, the page goes to a worker.
-pub(super) const INLINE_APPLY_MAX: usize = 16;
+pub(crate) const INLINE_APPLY_MAX: usize = 16;
 
 /// The page on the main thread if it is small: COUNT and the entries it
 /// examines within `snapshot.inline-entries`, and the snapshot ready (at

@@ -7,9 +7,10 @@
 //! is re-created); an overwritten one is re-read by the notification of the
 //! write that overwrites it, so only copies of its hash are invalidated.
 
-use crate::ffi::locked::{LockedCell, ServerLock};
+use super::replication;
 use crate::index::{Key, Op};
-use crate::{replication, state};
+use crate::server::locked::{LockedCell, ServerLock};
+use crate::state;
 use redis_module::raw;
 
 /// The last key whose deletion was logged by a `Key` event or by a
@@ -56,7 +57,7 @@ pub fn on_key_unlinked(subevent: u64, db: usize, name: &[u8]) {
     }
     let Some(m) = state::try_get() else { return };
     let lock = ServerLock::in_callback();
-    if crate::idle::dropped(&lock) {
+    if crate::keyspace::idle::dropped(&lock) {
         return m.watches.bump(db, name); // no index to keep
     }
     let already = take_gone(&lock, db, name);

@@ -15,9 +15,9 @@
 //! lives in [`LockedCell`]s; the counter INFO prints is an atomic.
 
 use crate::config;
-use crate::ffi::locked::{LockedCell, ServerLock};
-use crate::ffi::Ctx;
 use crate::index::Op;
+use crate::server::locked::{LockedCell, ServerLock};
+use crate::server::Ctx;
 use crate::state::Module;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -64,7 +64,7 @@ pub fn on_cron(ctx: Ctx, m: &Module) {
         return;
     }
     let idle_ms = m.mono_ms().saturating_sub(LAST_USE_MS.get(&lock));
-    if timeout_ms == 0 || idle_ms < timeout_ms || crate::backfill::progress().running {
+    if timeout_ms == 0 || idle_ms < timeout_ms || crate::keyspace::backfill::progress().running {
         return;
     }
     // An open iteration's snapshot shares the index's nodes: dropping would
@@ -78,10 +78,10 @@ pub fn on_cron(ctx: Ctx, m: &Module) {
     // What the notifications kept between two events of one command
     // belongs to the index: forgotten with it.
     crate::events::forget_pending(&lock);
-    crate::unlink::forget_gone(&lock);
+    crate::keyspace::deleted::forget_gone(&lock);
     // The indexer frees the trees (open iterations keep their snapshots).
     m.push(Op::FlushAll);
-    crate::ffi::log(
+    crate::server::log(
         ctx,
         "notice",
         "snapscan: no scan for snapshot.index-idle-timeout seconds: index dropped until the next SNAPSHOT.SCAN",
@@ -91,10 +91,10 @@ pub fn on_cron(ctx: Ctx, m: &Module) {
 /// Starts the rebuild; false if the walk could not start (then the index
 /// stays dropped: an empty index must not be served as complete).
 fn rebuild(lock: &ServerLock, ctx: Ctx, m: &Module) -> bool {
-    if crate::backfill::needed(ctx, m.databases) {
-        crate::backfill::start(ctx);
-        if !crate::backfill::progress().running {
-            crate::ffi::log(
+    if crate::keyspace::backfill::needed(ctx, m.databases) {
+        crate::keyspace::backfill::start(ctx);
+        if !crate::keyspace::backfill::progress().running {
+            crate::server::log(
                 ctx,
                 "warning",
                 "snapscan: cannot start rebuilding the index",
@@ -104,6 +104,6 @@ fn rebuild(lock: &ServerLock, ctx: Ctx, m: &Module) -> bool {
     }
     DROPPED.replace(lock, false);
     LAST_USE_MS.replace(lock, m.mono_ms());
-    crate::ffi::log(ctx, "notice", "snapscan: rebuilding the index");
+    crate::server::log(ctx, "notice", "snapscan: rebuilding the index");
     true
 }

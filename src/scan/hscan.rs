@@ -1,16 +1,16 @@
 //! SNAPSHOT.HSCAN key cursor [MATCH pattern] [COUNT count] [NOVALUES]
 
-use super::args::CmdError;
 use super::collection;
-use crate::ffi::Ctx;
-use crate::hash::Kind;
+use crate::collections::Kind;
+use crate::commands::args::CmdError;
+use crate::server::Ctx;
 
 pub use super::collection::HASH_FIELD_TTL;
 
 /// Collection snapshot and SNAPSHOT.UNLINK figures for INFO.
 pub fn info_figures(m: &crate::state::Module) -> Vec<(&'static str, u64)> {
     let mut v = collection::info_figures(m).to_vec();
-    v.extend(super::unlink::info_figures(m));
+    v.extend(crate::unlink::info_figures(m));
     v
 }
 

@@ -275,7 +275,7 @@ impl Pool {
 }
 
 /// Lowers the calling thread's scheduling priority to `nice` (0-19).
-pub use crate::ffi::thread::set_nice as set_thread_nice;
+pub use crate::server::thread::set_nice as set_thread_nice;
 
 /// Retires the calling thread if the pool has more threads than wanted:
 /// exactly one surplus thread wins each decrement.

@@ -1,9 +1,9 @@
 //! SNAPSHOT.SSCAN key cursor [MATCH pattern] [COUNT count]
 
-use super::args::CmdError;
 use super::collection;
-use crate::ffi::Ctx;
-use crate::hash::Kind;
+use crate::collections::Kind;
+use crate::commands::args::CmdError;
+use crate::server::Ctx;
 
 /// `SNAPSHOT.SSCAN key cursor [MATCH pattern] [COUNT count]`
 pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {

@@ -15,9 +15,9 @@
 //!   slot's keys without any notification (Redis 7.0).
 //! - A cancelled or failed atomic import purges the slots it imported.
 
-use crate::ffi::locked::{LockedCell, ServerLock};
-use crate::ffi::{self, server, Ctx};
 use crate::index::Op;
+use crate::server::locked::{LockedCell, ServerLock};
+use crate::server::{self, host, Ctx};
 use crate::slot::{served_from_nodes, SlotSet};
 use crate::state;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -64,8 +64,8 @@ pub fn enabled() -> bool {
 /// Module options for cluster support: atomic slot migration where the
 /// server knows the option (Valkey 9+).
 pub fn module_options(ctx: Ctx) -> std::os::raw::c_int {
-    let asm = server::OPTION_HANDLE_ATOMIC_SLOT_MIGRATION;
-    if server::module_options_known() & asm != 0 && server::is_valkey(ctx) {
+    let asm = host::OPTION_HANDLE_ATOMIC_SLOT_MIGRATION;
+    if host::module_options_known() & asm != 0 && host::is_valkey(ctx) {
         asm
     } else {
         0
@@ -74,7 +74,7 @@ pub fn module_options(ctx: Ctx) -> std::os::raw::c_int {
 
 /// Detects cluster mode and reads the served slots (OnLoad).
 pub fn init(ctx: Ctx) {
-    if server::cluster_mode(ctx) {
+    if host::cluster_mode(ctx) {
         CLUSTER.store(true, Ordering::Relaxed);
         refresh(ctx);
     }
@@ -104,7 +104,7 @@ pub fn refresh(ctx: Ctx) {
     if !enabled() {
         return;
     }
-    let Some(text) = server::call_text(ctx, c"CLUSTER", c"NODES") else {
+    let Some(text) = host::call_text(ctx, c"CLUSTER", c"NODES") else {
         return;
     };
     let Some(served) = served_from_nodes(&text) else {
@@ -129,7 +129,7 @@ pub fn refresh(ctx: Ctx) {
 
 fn purge(ctx: Ctx, slots: SlotSet, why: &str) {
     let Some(m) = state::try_get() else { return };
-    ffi::log(
+    server::log(
         ctx,
         "verbose",
         &format!(
@@ -169,9 +169,9 @@ pub fn on_cron(ctx: Ctx) {
     if NEXT_REFRESH.get(&lock).is_some_and(|next| now < next) {
         return;
     }
-    let cpu = ffi::unlink::thread_cpu_us();
+    let cpu = server::deletion::thread_cpu_us();
     refresh(ctx);
-    let cost = Duration::from_micros(ffi::unlink::thread_cpu_us().saturating_sub(cpu));
+    let cost = Duration::from_micros(server::deletion::thread_cpu_us().saturating_sub(cpu));
     NEXT_REFRESH.replace(&lock, Some(now + refresh_pause(cost)));
 }
 
@@ -181,11 +181,11 @@ pub fn on_slot_migration(ctx: Ctx, subevent: u64, slots: SlotSet) {
         return;
     }
     match subevent {
-        server::ASM_IMPORT_STARTED => with_view(|v| {
+        host::ASM_IMPORT_STARTED => with_view(|v| {
             v.importing = v.importing.union(&slots);
             v.recompute();
         }),
-        server::ASM_IMPORT_COMPLETED => {
+        host::ASM_IMPORT_COMPLETED => {
             // The slots are this node's now: shown at once, whether or not
             // the topology already says so (the next refresh confirms).
             with_view(|v| {
@@ -196,7 +196,7 @@ pub fn on_slot_migration(ctx: Ctx, subevent: u64, slots: SlotSet) {
                 v.recompute();
             });
         }
-        server::ASM_IMPORT_ABORTED => {
+        host::ASM_IMPORT_ABORTED => {
             let gone = with_view(|v| {
                 v.importing = v.importing.minus(&slots);
                 v.recompute();
@@ -206,7 +206,7 @@ pub fn on_slot_migration(ctx: Ctx, subevent: u64, slots: SlotSet) {
                 purge(ctx, gone, "import cancelled");
             }
         }
-        server::ASM_EXPORT_COMPLETED => refresh(ctx),
+        host::ASM_EXPORT_COMPLETED => refresh(ctx),
         _ => {}
     }
 }

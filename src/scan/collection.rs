@@ -3,15 +3,15 @@
 //! of the collection at cursor 0, in bounded main-thread slices when it is
 //! large, then cut pages of it on workers.
 
-use super::args::{parse_cursor, parse_options, Allowed, CmdError};
+use crate::collections::watch::Copying;
+use crate::collections::{Builder, CollCopy, CopyPage, Kind};
+use crate::commands::args::{parse_cursor, parse_options, Allowed, CmdError};
 use crate::config;
-use crate::ffi::collcopy::{self, CopyError, KeyCursor};
-use crate::ffi::thread_ctx::Detached;
-use crate::ffi::{self, blocked::BlockedReply, keys, mainloop, reply::Reply, Ctx};
 use crate::glob::Pattern;
-use crate::hash::watch::Copying;
-use crate::hash::{Builder, CollCopy, CopyPage, Kind};
 use crate::index::meta::{TypeId, HASH, SET, ZSET};
+use crate::server::collcopy::{self, CopyError, KeyCursor};
+use crate::server::thread_ctx::Detached;
+use crate::server::{self, blocked::BlockedReply, keys, mainloop, reply::Reply, Ctx};
 use crate::state::{self, HashCursor, Module};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -104,7 +104,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]], kind: Kind) -> Result<(), CmdError> {
     // its cursor is used up.
     let cursor = parse_cursor(args[2])?;
     let name = if cursor == 0 {
-        let name = ffi::OwnedString::new(ctx, key)
+        let name = server::OwnedString::new(ctx, key)
             .ok_or_else(|| CmdError::msg("ERR snapscan: out of memory"))?;
         match keys::probe(ctx, name.ptr()) {
             None => {
@@ -130,7 +130,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]], kind: Kind) -> Result<(), CmdError> {
     )?;
     let call = Call {
         m,
-        db: ffi::selected_db(ctx),
+        db: server::selected_db(ctx),
         key: key.into(),
         kind,
         spec: PageSpec {
@@ -139,7 +139,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]], kind: Kind) -> Result<(), CmdError> {
             budget: config::get(&config::SCAN_BUDGET),
             pairs: kind.has_second() && !opts.novalues && !opts.noscores,
         },
-        inline: ffi::blocking_denied(ctx),
+        inline: server::blocking_denied(ctx),
     };
     Module::bump(&m.stats.hash_scans, 1);
     let Some(name) = name else {
@@ -152,7 +152,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]], kind: Kind) -> Result<(), CmdError> {
 
 /// Cursor 0 on a key of the call's type (checked by the caller, `name` its
 /// name): the truth about the key, now; then a copy.
-fn open(ctx: Ctx, call: Call, name: ffi::OwnedString) -> Result<(), CmdError> {
+fn open(ctx: Ctx, call: Call, name: server::OwnedString) -> Result<(), CmdError> {
     let (m, db, kind) = (call.m, call.db, call.kind);
     let key: &[u8] = &call.key;
     // Field TTLs matter only to share a copy or to slice one; the answer
@@ -399,9 +399,9 @@ impl CopyTask {
         };
         let (m, db, key, kind) = (call.m, call.db, &call.key[..], call.kind);
         let ctx = self.tctx.ctx();
-        ffi::select_db(ctx, db);
+        server::select_db(ctx, db);
         let started = Instant::now();
-        let expired_meanwhile = p.valid_until.is_some_and(|t| ffi::now_ms() >= t);
+        let expired_meanwhile = p.valid_until.is_some_and(|t| server::now_ms() >= t);
         let mut fallback = false;
         if expired_meanwhile || p.guard.changed() {
             Module::bump(&m.stats.hash_copy_retries, 1);
@@ -409,12 +409,12 @@ impl CopyTask {
             p.builder.clear();
             p.cursor.restart();
             p.guard.restart();
-            let (ttl, until) = match ffi::OwnedString::new(ctx, key) {
+            let (ttl, until) = match server::OwnedString::new(ctx, key) {
                 Some(n) => copy_deadline(ctx, &n, db, kind),
                 None => (TtlGuard::OneHold, None),
             };
             p.valid_until = until;
-            let stale = until.is_some_and(|t| t <= ffi::now_ms());
+            let stale = until.is_some_and(|t| t <= server::now_ms());
             fallback = self.retries > MAX_RETRIES || stale || ttl == TtlGuard::OneHold;
         }
         let result = if fallback {
@@ -461,7 +461,7 @@ impl CopyTask {
 fn reuse_is_safe(guard: TtlGuard) -> bool {
     match guard {
         TtlGuard::Never => true,
-        TtlGuard::Until(t) => t > ffi::now_ms(),
+        TtlGuard::Until(t) => t > server::now_ms(),
         TtlGuard::OneHold => false,
     }
 }
@@ -484,7 +484,7 @@ enum TtlGuard {
 /// first field TTL or the key's own expiry, whichever comes first).
 fn copy_deadline(
     ctx: Ctx,
-    name: &ffi::OwnedString,
+    name: &server::OwnedString,
     db: usize,
     kind: Kind,
 ) -> (TtlGuard, Option<i64>) {
@@ -501,7 +501,7 @@ fn copy_deadline(
     (guard, until)
 }
 
-fn ttl_guard(ctx: Ctx, name: &ffi::OwnedString, db: usize, kind: Kind) -> TtlGuard {
+fn ttl_guard(ctx: Ctx, name: &server::OwnedString, db: usize, kind: Kind) -> TtlGuard {
     if kind != Kind::Hash || !HASH_FIELD_TTL.load(Ordering::Relaxed) {
         return TtlGuard::Never;
     }
@@ -509,7 +509,7 @@ fn ttl_guard(ctx: Ctx, name: &ffi::OwnedString, db: usize, kind: Kind) -> TtlGua
         Some(None) => TtlGuard::Never,
         // A field past its TTL but not yet reclaimed: which other fields
         // expire during a sliced copy cannot be told, so copy in one hold.
-        Some(Some(t)) if t <= ffi::now_ms() => TtlGuard::OneHold,
+        Some(Some(t)) if t <= server::now_ms() => TtlGuard::OneHold,
         Some(Some(t)) => TtlGuard::Until(t),
         None if !keys::db_may_have_field_ttls(ctx, db) => TtlGuard::Never,
         None => TtlGuard::OneHold,
@@ -517,7 +517,7 @@ fn ttl_guard(ctx: Ctx, name: &ffi::OwnedString, db: usize, kind: Kind) -> TtlGua
 }
 
 fn record_hold(m: &Module, started: Instant) {
-    ffi::latency::report(ffi::latency::Event::Copy, started);
+    server::latency::report(server::latency::Event::Copy, started);
     let us = started.elapsed().as_micros() as u64;
     m.stats
         .hash_longest_hold_us

@@ -1,9 +1,9 @@
 //! SNAPSHOT.ZSCAN key cursor [MATCH pattern] [COUNT count] [NOSCORES]
 
-use super::args::CmdError;
 use super::collection;
-use crate::ffi::Ctx;
-use crate::hash::Kind;
+use crate::collections::Kind;
+use crate::commands::args::CmdError;
+use crate::server::Ctx;
 
 /// `SNAPSHOT.ZSCAN key cursor [MATCH pattern] [COUNT count] [NOSCORES]`
 pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
