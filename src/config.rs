@@ -39,7 +39,7 @@ pub static HASH_COPY_BATCH: AtomicI64 = AtomicI64::new(1000);
 pub static HASH_MEMORY_LIMIT: AtomicI64 = AtomicI64::new(256 << 20);
 
 /// `snapshot.unlink-batch`: keys SNAPSHOT.UNLINK deletes per slice at most.
-pub use crate::unlink::UNLINK_BATCH;
+pub static UNLINK_BATCH: AtomicI64 = AtomicI64::new(10_000);
 
 /// `snapshot.index-idle-timeout`: seconds without a SNAPSHOT.SCAN or
 /// SNAPSHOT.UNLINK call after which the index is dropped until the next
@@ -54,32 +54,7 @@ pub fn get(v: &AtomicI64) -> usize {
     v.load(Ordering::Relaxed).max(0) as usize
 }
 
-/// How a value is written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// A decimal integer.
-    Integer,
-    /// Bytes: a decimal integer with an optional unit as the server's own
-    /// memory configs take it (`b`, `k`, `kb`, `m`, `mb`, `g`, `gb`, any case:
-    /// `k` = 1000, `kb` = 1024).
-    Memory,
-}
-
-/// One config: `snapshot.<name>`.
-pub struct Spec {
-    /// Name without the module prefix.
-    pub name: &'static str,
-    /// The value. Two rows may share one atomic (an alias): a value given
-    /// for either name applies to both.
-    pub var: &'static AtomicI64,
-    pub default: i64,
-    /// Inclusive range, enforced at load, in the config file and on CONFIG SET.
-    pub min: i64,
-    pub max: i64,
-    pub kind: Kind,
-    /// Called (main thread) after the value changed at runtime.
-    pub on_change: Option<fn(i64)>,
-}
+pub use crate::server::configs::{Kind, Spec};
 
 /// An integer config (constructor for one-line rows of [`CONFIGS`]).
 const fn int(
@@ -96,7 +71,6 @@ const fn int(
         min,
         max,
         kind: Kind::Integer,
-        on_change: None,
     }
 }
 
@@ -114,19 +88,11 @@ const fn memory(
     }
 }
 
-impl Spec {
-    /// Runs `f` after the value changed at runtime.
-    const fn hook(mut self, f: fn(i64)) -> Spec {
-        self.on_change = Some(f);
-        self
-    }
-}
-
 /// Every config, in registration order: one row each. A row may share its
 /// atomic with another (an alias name for the same value).
 pub static CONFIGS: &[Spec] = &[
-    int("workers", &WORKERS, 2, 1, 64).hook(on_workers_changed),
-    int("worker-nice", &WORKER_NICE, 19, 0, 19).hook(on_nice_changed),
+    int("workers", &WORKERS, 2, 1, 64),
+    int("worker-nice", &WORKER_NICE, 19, 0, 19),
     int("cursor-idle-timeout", &IDLE_TIMEOUT, 60, 1, 86_400),
     int("max-open-cursors", &MAX_OPEN, 1024, 1, 1_000_000),
     int("scan-budget", &SCAN_BUDGET, 100_000, 100, 1_000_000_000),
@@ -161,18 +127,6 @@ pub static CONFIGS: &[Spec] = &[
 
 /// The prefix of every config name (the module's name).
 pub const PREFIX: &str = "snapshot.";
-
-fn on_workers_changed(v: i64) {
-    if let Some(m) = crate::state::try_get() {
-        m.pool.resize(v.max(0) as usize);
-    }
-}
-
-fn on_nice_changed(v: i64) {
-    if let Some(m) = crate::state::try_get() {
-        m.pool.set_nice(v.max(0) as usize);
-    }
-}
 
 /// The row for `name`, given with or without the `snapshot.` prefix, in
 /// any case.

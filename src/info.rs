@@ -26,7 +26,7 @@ fn fill(ctx: InfoCtx) {
     if !ffi_info::add_module_section(ctx) {
         return; // section not requested
     }
-    crate::events::settle();
+    crate::keyspace::tracking::settle(&crate::server::locked::ServerLock::in_callback());
     state::ensure_threads(m);
     // Never applies the log here: the figures are those of the applied
     // position, and index_backlog says how far behind (normally 0 within
@@ -43,7 +43,7 @@ fn fill(ctx: InfoCtx) {
     // open snapshots, the log and the cursors). The structure-size estimate
     // is used only where the counting allocator is not installed.
     let heap = crate::alloc::heap_bytes();
-    let measured = heap.saturating_sub(crate::collections::bytes_held());
+    let measured = heap.saturating_sub(m.watches.budget.bytes_held());
     let mem = if heap == 0 { mem } else { measured };
     field(ctx, "index_memory_bytes", mem as u64);
     field(ctx, "module_heap_bytes", heap as u64);
@@ -109,7 +109,12 @@ fn fill(ctx: InfoCtx) {
     field(ctx, "workers", m.pool.threads() as u64);
     field(ctx, "worker_queue_depth", m.pool.queued() as u64);
     field(ctx, "workers_busy", m.pool.busy() as u64);
-    for (name, v) in crate::scan::hscan::info_figures(m) {
+    // Collection snapshot figures, then SNAPSHOT.UNLINK's.
+    let collections = crate::scan::collection::info_figures(m);
+    for (name, v) in collections
+        .into_iter()
+        .chain(crate::unlink::info_figures(m))
+    {
         field(ctx, name, v);
     }
     let dropped = crate::keyspace::idle::dropped(&crate::server::locked::ServerLock::in_callback());

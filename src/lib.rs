@@ -5,6 +5,7 @@
 
 #[cfg_attr(test, allow(dead_code))]
 mod alloc;
+pub mod args;
 pub mod collections;
 pub mod commands;
 pub mod config;
@@ -15,6 +16,8 @@ pub mod index;
 #[cfg_attr(test, allow(dead_code))]
 mod info;
 pub mod keyspace;
+#[cfg(test)]
+mod layering;
 pub mod runtime;
 pub mod scan;
 pub mod server;
@@ -61,9 +64,10 @@ mod module {
         // Arguments first: a refused load must leave nothing behind (no
         // thread, no timer, no subscription).
         let args: Vec<&[u8]> = args.iter().map(RedisString::as_slice).collect();
-        if let Err(e) =
-            config::parse_args(&args).and_then(|given| server::configs::register(ctx.ctx, &given))
-        {
+        if let Err(e) = config::parse_args(&args).and_then(|given| {
+            let table = (config::CONFIGS, config::PREFIX);
+            server::configs::register(ctx.ctx, table, &given, state::on_config_changed)
+        }) {
             ctx.log_warning(&format!("snapscan: refusing to load: {e}"));
             return Status::Err;
         }

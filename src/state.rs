@@ -4,9 +4,10 @@ use crate::collections::watch::Watches;
 use crate::collections::CollCopy;
 use crate::config;
 use crate::cursor::{Group, Registry};
-use crate::index::live::OpenRequest;
+use crate::index::live::{FilterCache, OpenRequest};
 use crate::index::{Key, KeyMap, Live, Op, Snapshot, TypeNames};
 use crate::runtime::{Fault, Pool, Reaper};
+use crate::server::locked::{LockedCell, ServerLock};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
@@ -17,7 +18,20 @@ pub struct ScanCursor {
     pub after: Key,
     /// For an iteration opened inside a script: what is known of the
     /// server's frozen clock (see `commands::scan`); `None` otherwise.
-    pub clock: Option<crate::scan::keyspace::ScriptClock>,
+    pub clock: Option<ScriptClock>,
+}
+
+/// What is known of the frozen clock `T0` (Unix ms) at which the server
+/// judged expiry during the script that opened an iteration:
+/// `lo <= T0 <= hi`. `hi` is the server's cached clock at the cursor-0 call
+/// (the snapshot's instant), which a script running past
+/// `busy-reply-threshold` lets run ahead of `T0`. A key whose expiry lies
+/// in `[lo, hi)` is judged by asking the server (see `server::expiry`) while
+/// the call runs inline; the first such key found alive gives `T0` exactly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScriptClock {
+    pub lo: i64,
+    pub hi: i64,
 }
 
 /// What a registered iteration shares its memory with.
@@ -66,6 +80,9 @@ pub struct Stats {
 pub struct Module {
     /// Live index behind its operation log (see `index::live`).
     live: Live,
+    /// The index's filter as its one writer, the server-lock holder,
+    /// last loaded it (see [`FilterCache`]).
+    filter_cache: LockedCell<FilterCache>,
     /// Databases of the server (`databases` config).
     pub databases: usize,
     /// Module type names seen so far, for TYPE filters.
@@ -107,27 +124,35 @@ impl Module {
     #[inline]
     pub fn push_truth(
         &self,
+        lock: &ServerLock,
         db: usize,
         key: (&[u8], Option<crate::index::Key>),
         hash: u64,
         truth: Option<crate::index::Meta>,
         existed: bool,
     ) -> bool {
-        // Called from notifications and the index build, on the main
-        // thread under the server lock.
-        let lock = crate::server::locked::ServerLock::in_callback();
-        self.live
-            .push_truth(&lock, db, (key.0, key.1, hash), truth, existed, &|maps| {
-                self.dispose_maps(maps)
-            })
+        let mut cache = self.filter_cache.replace(lock, FilterCache::default());
+        let logged = self.live.push_truth(
+            &mut cache,
+            db,
+            (key.0, key.1, hash),
+            truth,
+            existed,
+            &|maps| self.dispose_maps(maps),
+        );
+        self.filter_cache.replace(lock, cache);
+        logged
     }
 
     /// Skips the truth of a key that existed and is now a plain string when
     /// the index already says so (see [`Live::skip_if_plain_h`]); `h` is the
     /// hash [`prefetch_truth`](Self::prefetch_truth) returned.
     #[inline]
-    pub fn skip_if_plain_h(&self, lock: &crate::server::locked::ServerLock, h: u64) -> bool {
-        self.live.skip_if_plain_h(lock, h)
+    pub fn skip_if_plain_h(&self, lock: &ServerLock, h: u64) -> bool {
+        let mut cache = self.filter_cache.replace(lock, FilterCache::default());
+        let skip = self.live.skip_if_plain_h(&mut cache, h);
+        self.filter_cache.replace(lock, cache);
+        skip
     }
 
     /// Sequence number of the last recorded change.
@@ -248,6 +273,7 @@ pub fn init(databases: usize, seed: u64) -> &'static Module {
     crate::runtime::set_logger(log_line);
     MODULE.get_or_init(|| Module {
         live: Live::new(databases),
+        filter_cache: LockedCell::new(FilterCache::default()),
         databases: databases.max(1),
         type_names: Mutex::new(TypeNames::default()),
         cursors: Registry::new(seed),
@@ -271,6 +297,16 @@ pub fn init(databases: usize, seed: u64) -> &'static Module {
 
 pub fn try_get() -> Option<&'static Module> {
     MODULE.get()
+}
+
+/// After a config changed at runtime (main thread): what acts on it.
+pub fn on_config_changed(spec: &'static config::Spec, v: i64) {
+    let Some(m) = try_get() else { return };
+    if std::ptr::eq(spec.var, &config::WORKERS) {
+        m.pool.resize(v.max(0) as usize);
+    } else if std::ptr::eq(spec.var, &config::WORKER_NICE) {
+        m.pool.set_nice(v.max(0) as usize);
+    }
 }
 
 /// Bytes of the maps handed to the reaper and not yet dropped.

@@ -68,11 +68,6 @@ impl Budget {
     }
 }
 
-/// Bytes of capacity held by the module's copies (0 before it is loaded).
-pub fn bytes_held() -> usize {
-    crate::state::try_get().map_or(0, |m| m.watches.budget.bytes_held())
-}
-
 /// What one element of a collection is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {

@@ -3,14 +3,13 @@
 //! themselves (or block the client) and return `Ok`, or return the error to
 //! reply. No panic crosses into the server: it becomes an error reply.
 
-pub mod args;
 pub mod docs;
 pub mod testhook;
 
+use crate::args::CmdError;
 use crate::scan::{hscan, keyspace as scan, sscan, zscan};
 use crate::server::{self, reply::Reply, Ctx};
 use crate::unlink;
-use args::CmdError;
 use redis_module::raw;
 use std::ffi::CString;
 use std::os::raw::c_int;

@@ -3,7 +3,7 @@
 //! variable `SNAPSCAN_TEST_HOOKS=1` is set when the module loads; a
 //! production server never has it.
 
-use super::args::CmdError;
+use crate::args::CmdError;
 use crate::runtime::{self, Fault};
 use crate::server::{reply::Reply, Ctx};
 use crate::state;

@@ -117,7 +117,13 @@ fn on_scanned(
         (false, Some(kt)) => keys::probe_open(ctx, keyname, key, kt),
         _ => keys::probe(ctx, keyname),
     };
-    crate::events::apply(st.m, st.db, server::string_bytes(keyname), found);
+    super::tracking::apply(
+        &crate::server::locked::ServerLock::in_callback(),
+        st.m,
+        st.db,
+        server::string_bytes(keyname),
+        found,
+    );
 }
 
 /// The state of a walk over every database, advanced one slice per turn of

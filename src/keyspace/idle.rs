@@ -77,7 +77,7 @@ pub fn on_cron(ctx: Ctx, m: &Module) {
     DROPS.fetch_add(1, Ordering::Relaxed);
     // What the notifications kept between two events of one command
     // belongs to the index: forgotten with it.
-    crate::events::forget_pending(&lock);
+    super::tracking::forget_pending(&lock);
     crate::keyspace::deleted::forget_gone(&lock);
     // The indexer frees the trees (open iterations keep their snapshots).
     m.push(Op::FlushAll);

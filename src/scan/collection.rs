@@ -3,9 +3,9 @@
 //! of the collection at cursor 0, in bounded main-thread slices when it is
 //! large, then cut pages of it on workers.
 
+use crate::args::{parse_cursor, parse_options, Allowed, CmdError};
 use crate::collections::watch::Copying;
 use crate::collections::{Builder, CollCopy, CopyPage, Kind};
-use crate::commands::args::{parse_cursor, parse_options, Allowed, CmdError};
 use crate::config;
 use crate::glob::Pattern;
 use crate::index::meta::{TypeId, HASH, SET, ZSET};

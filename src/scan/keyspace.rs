@@ -1,6 +1,6 @@
 //! SNAPSHOT.SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]
 
-use crate::commands::args::{parse_cursor, parse_options, Allowed, CmdError};
+use crate::args::{parse_cursor, parse_options, Allowed, CmdError};
 use crate::config;
 use crate::glob::Pattern;
 use crate::index::live::OpenRequest;
@@ -20,18 +20,7 @@ const DEFAULT_COUNT: usize = 10;
 /// to cut its snapshot; past it the call answers `TRYAGAIN`.
 pub const INLINE_TAKE_BUDGET: Duration = Duration::from_millis(1);
 
-/// What is known of the frozen clock `T0` (Unix ms) at which the server
-/// judged expiry during the script that opened an iteration:
-/// `lo <= T0 <= hi`. `hi` is the server's cached clock at the cursor-0 call
-/// (the snapshot's instant), which a script running past
-/// `busy-reply-threshold` lets run ahead of `T0`. A key whose expiry lies
-/// in `[lo, hi)` is judged by asking the server (see `server::expiry`) while
-/// the call runs inline; the first such key found alive gives `T0` exactly.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ScriptClock {
-    pub lo: i64,
-    pub hi: i64,
-}
+pub use crate::state::ScriptClock;
 
 /// Where a call starts: a new snapshot, or a position in one.
 enum Start {
@@ -71,7 +60,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     )?;
     let m = state::try_get().ok_or_else(|| CmdError::msg("ERR snapscan is not initialised"))?;
     state::ensure_threads(m);
-    crate::events::settle();
+    crate::keyspace::tracking::settle(&crate::server::locked::ServerLock::in_callback());
     // Only opening needs the index: a continuation reads its snapshot.
     crate::keyspace::idle::in_use(ctx, m, cursor == 0).map_err(CmdError::msg)?;
     if cursor == 0 {

@@ -1,8 +1,8 @@
 //! SNAPSHOT.SSCAN key cursor [MATCH pattern] [COUNT count]
 
 use super::collection;
+use crate::args::CmdError;
 use crate::collections::Kind;
-use crate::commands::args::CmdError;
 use crate::server::Ctx;
 
 /// `SNAPSHOT.SSCAN key cursor [MATCH pattern] [COUNT count]`

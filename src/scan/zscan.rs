@@ -1,8 +1,8 @@
 //! SNAPSHOT.ZSCAN key cursor [MATCH pattern] [COUNT count] [NOSCORES]
 
 use super::collection;
+use crate::args::CmdError;
 use crate::collections::Kind;
-use crate::commands::args::CmdError;
 use crate::server::Ctx;
 
 /// `SNAPSHOT.ZSCAN key cursor [MATCH pattern] [COUNT count] [NOSCORES]`

@@ -1,7 +1,7 @@
 //! SNAPSHOT.UNLINK pattern [TYPE type] [DRYRUN]
 
+use crate::args::{CmdError, SYNTAX};
 use crate::collections::touched::Tracking;
-use crate::commands::args::{CmdError, SYNTAX};
 use crate::glob::Pattern;
 use crate::index::live::OpenRequest;
 use crate::index::walk::{walk, ScanSpec};
@@ -11,7 +11,7 @@ use crate::server::reply::Reply;
 use crate::server::{self, blocked::BlockedReply, keys, mainloop, Ctx, OwnedString};
 use crate::state::{self, Module};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 const SLICE_TIME: Duration = Duration::from_micros(600);
 /// `snapshot.unlink-batch`: keys one slice handles at most (the slice also
 /// ends after about [`SLICE_TIME`]).
-pub static UNLINK_BATCH: AtomicI64 = AtomicI64::new(10_000);
 /// Keys per `UNLINK` call (and between two clock checks).
 const BATCH: usize = 64;
 /// Keys the worker hands over at a time.
@@ -97,7 +96,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     if server::blocking_denied(ctx) {
         return Err(CmdError::msg(IN_TRANSACTION));
     }
-    crate::events::settle();
+    crate::keyspace::tracking::settle(&crate::server::locked::ServerLock::in_callback());
     crate::keyspace::idle::in_use(ctx, m, true).map_err(CmdError::msg)?;
     crate::scan::keyspace::index_ready()?;
     let type_filter = match type_name {
@@ -272,7 +271,7 @@ impl Task {
         // Cluster mode: the slots owned now (`None`: every key is).
         let owned = crate::keyspace::cluster::owned_slots();
         let (started, mut handled) = (Instant::now(), 0usize);
-        let slice_keys = crate::config::get(&UNLINK_BATCH).max(1);
+        let slice_keys = crate::config::get(&crate::config::UNLINK_BATCH).max(1);
         while handled < slice_keys && started.elapsed() < SLICE_TIME {
             let Some(batch) = self.found.take(BATCH.min(slice_keys - handled)) else {
                 // The worker is still searching: look again in 1 ms (or on
