@@ -13,6 +13,7 @@
 //! Owns only the subscriptions (and whether the `Key` event is on).
 
 use crate::keyspace::{self, cluster, deleted, replication, tracking};
+use crate::server::entry::{guarded, keyspace_event, server_event, KeyspaceEvent, ServerEvent};
 use crate::server::locked::ServerLock;
 use crate::server::subscribe as sub;
 use crate::server::{self, Ctx};
@@ -28,14 +29,20 @@ pub fn subscribe(ctx: Ctx) -> Result<(), String> {
     // creation, including DEBUG POPULATE's, which fires nothing else.
     let types =
         raw::REDISMODULE_NOTIFY_ALL | raw::REDISMODULE_NOTIFY_LOADED | raw::REDISMODULE_NOTIFY_NEW;
-    sub::keyspace_events(ctx, types, Some(on_keyspace_event))?;
+    sub::keyspace_events(ctx, types, Some(keyspace_event::<Notification>))?;
     if !sub::has_server_events() {
         return Err("no server event API".into());
     }
     let events: [(u64, raw::RedisModuleEventCallback); 3] = [
-        (raw::REDISMODULE_EVENT_FLUSHDB, Some(on_flushdb)),
-        (raw::REDISMODULE_EVENT_SWAPDB, Some(on_swapdb)),
-        (raw::REDISMODULE_EVENT_LOADING, Some(on_loading)),
+        (
+            raw::REDISMODULE_EVENT_FLUSHDB,
+            Some(server_event::<FlushDb>),
+        ),
+        (raw::REDISMODULE_EVENT_SWAPDB, Some(server_event::<SwapDb>)),
+        (
+            raw::REDISMODULE_EVENT_LOADING,
+            Some(server_event::<Loading>),
+        ),
     ];
     for (id, cb) in events {
         if sub::server_event(ctx, id, cb) != Some(true) {
@@ -44,12 +51,15 @@ pub fn subscribe(ctx: Ctx) -> Result<(), String> {
     }
     // Cluster and replication support: events this server may not have.
     let mut optional: Vec<(u64, raw::RedisModuleEventCallback)> =
-        vec![(raw::REDISMODULE_EVENT_CRON_LOOP, Some(on_cron))];
-    optional.push((raw::REDISMODULE_EVENT_REPL_ASYNC_LOAD, Some(on_async_load)));
+        vec![(raw::REDISMODULE_EVENT_CRON_LOOP, Some(server_event::<Cron>))];
+    optional.push((
+        raw::REDISMODULE_EVENT_REPL_ASYNC_LOAD,
+        Some(server_event::<AsyncLoad>),
+    ));
     if cluster::module_options(ctx) != 0 {
         optional.push((
             server::host::EVENT_ATOMIC_SLOT_MIGRATION,
-            Some(on_slot_migration),
+            Some(server_event::<SlotMigration>),
         ));
     }
     for (id, cb) in optional {
@@ -75,7 +85,11 @@ static KEY_EVENT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool:
 /// Subscribes to the `Key` server event (`on`) or unsubscribes; true if the
 /// server accepted.
 fn subscribe_key_event(ctx: Ctx, on: bool) -> bool {
-    let cb: raw::RedisModuleEventCallback = if on { Some(on_key_unlinked) } else { None };
+    let cb: raw::RedisModuleEventCallback = if on {
+        Some(server_event::<KeyUnlinked>)
+    } else {
+        None
+    };
     // A NULL callback unsubscribes.
     sub::server_event(ctx, raw::REDISMODULE_EVENT_KEY, cb) == Some(true)
 }
@@ -105,112 +119,90 @@ fn key_event_during_load(ctx: Ctx, subevent: u64) {
     }
 }
 
-extern "C" fn on_cron(
-    ctx: *mut raw::RedisModuleCtx,
-    _eid: raw::RedisModuleEvent,
-    _subevent: u64,
-    _data: *mut c_void,
-) {
-    guarded(ctx, "cron", || keyspace::on_cron(ctx));
+// One type per server callback, each one line handing the event on.
+
+struct Cron;
+impl ServerEvent for Cron {
+    fn on(lock: &ServerLock, ctx: Ctx, _subevent: u64, _data: *mut c_void) {
+        guarded(ctx, "cron", || keyspace::on_cron(lock, ctx));
+    }
 }
 
-extern "C" fn on_key_unlinked(
-    ctx: *mut raw::RedisModuleCtx,
-    _eid: raw::RedisModuleEvent,
-    subevent: u64,
-    data: *mut c_void,
-) {
-    // Every SET over an existing key fires an overwrite: it only matters to
-    // watched copies and running deletions, so most return here, before
-    // asking the server for the key's name.
-    if subevent == raw::REDISMODULE_SUBEVENT_KEY_OVERWRITTEN
-        && !state::try_get().is_some_and(|m| m.watches.any())
-    {
-        return;
-    }
-    guarded(ctx, "key unlink", || {
-        server::host::with_key_event_target(data, |db, name| {
-            deleted::on_key_unlinked(subevent, db, name)
+struct KeyUnlinked;
+impl ServerEvent for KeyUnlinked {
+    fn on(lock: &ServerLock, ctx: Ctx, subevent: u64, data: *mut c_void) {
+        // Every SET over an existing key fires an overwrite: it only matters
+        // to watched copies and running deletions, so most return here,
+        // before asking the server for the key's name.
+        if subevent == raw::REDISMODULE_SUBEVENT_KEY_OVERWRITTEN
+            && !state::try_get().is_some_and(|m| m.watches.any())
+        {
+            return;
+        }
+        guarded(ctx, "key unlink", || {
+            server::host::with_key_event_target(data, |db, name| {
+                deleted::on_key_unlinked(lock, subevent, db, name)
+            });
         });
-    });
-}
-
-extern "C" fn on_async_load(
-    ctx: *mut raw::RedisModuleCtx,
-    _eid: raw::RedisModuleEvent,
-    subevent: u64,
-    _data: *mut c_void,
-) {
-    guarded(ctx, "async load", || {
-        replication::on_async_load(ctx, subevent)
-    });
-}
-
-extern "C" fn on_slot_migration(
-    ctx: *mut raw::RedisModuleCtx,
-    _eid: raw::RedisModuleEvent,
-    subevent: u64,
-    data: *mut c_void,
-) {
-    guarded(ctx, "slot migration", || {
-        cluster::on_slot_migration(ctx, subevent, server::host::asm_event_slots(data))
-    });
-}
-
-/// Runs `f` so that a panic never unwinds into the server.
-fn guarded(ctx: Ctx, what: &str, f: impl FnOnce()) {
-    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
-        server::log(
-            ctx,
-            "warning",
-            &format!("snapscan: internal error in {what} handler"),
-        );
     }
 }
 
-extern "C" fn on_keyspace_event(
-    ctx: *mut raw::RedisModuleCtx,
-    type_: c_int,
-    event: *const c_char,
-    key: *mut raw::RedisModuleString,
-) -> c_int {
-    let _restore = server::clientdb::RestoreDb::new(ctx); // Valkey 8 bug, see clientdb.rs
-    guarded(ctx, "keyspace event", || {
-        tracking::on_keyspace_event(&ServerLock::in_callback(), ctx, type_, event, key)
-    });
-    raw::REDISMODULE_OK as c_int
+struct AsyncLoad;
+impl ServerEvent for AsyncLoad {
+    fn on(lock: &ServerLock, ctx: Ctx, subevent: u64, _data: *mut c_void) {
+        guarded(ctx, "async load", || {
+            replication::on_async_load(lock, ctx, subevent)
+        });
+    }
 }
 
-extern "C" fn on_flushdb(
-    ctx: *mut raw::RedisModuleCtx,
-    _eid: raw::RedisModuleEvent,
-    subevent: u64,
-    data: *mut c_void,
-) {
-    guarded(ctx, "flushdb", || {
-        tracking::on_flushdb(&ServerLock::in_callback(), subevent, data)
-    });
+struct SlotMigration;
+impl ServerEvent for SlotMigration {
+    fn on(_lock: &ServerLock, ctx: Ctx, subevent: u64, data: *mut c_void) {
+        guarded(ctx, "slot migration", || {
+            cluster::on_slot_migration(ctx, subevent, server::host::asm_event_slots(data))
+        });
+    }
 }
 
-extern "C" fn on_swapdb(
-    ctx: *mut raw::RedisModuleCtx,
-    _eid: raw::RedisModuleEvent,
-    _subevent: u64,
-    data: *mut c_void,
-) {
-    guarded(ctx, "swapdb", || {
-        tracking::on_swapdb(&ServerLock::in_callback(), data)
-    });
+struct Notification;
+impl KeyspaceEvent for Notification {
+    fn on(
+        lock: &ServerLock,
+        ctx: Ctx,
+        type_: c_int,
+        event: *const c_char,
+        key: *mut raw::RedisModuleString,
+    ) {
+        let _restore = server::clientdb::RestoreDb::new(ctx); // Valkey 8 bug, see clientdb.rs
+        guarded(ctx, "keyspace event", || {
+            tracking::on_keyspace_event(lock, ctx, type_, event, key)
+        });
+    }
 }
 
-extern "C" fn on_loading(
-    ctx: *mut raw::RedisModuleCtx,
-    _eid: raw::RedisModuleEvent,
-    subevent: u64,
-    _data: *mut c_void,
-) {
-    guarded(ctx, "loading", || {
-        key_event_during_load(ctx, subevent);
-        tracking::on_loading(&ServerLock::in_callback(), ctx, subevent)
-    });
+struct FlushDb;
+impl ServerEvent for FlushDb {
+    fn on(lock: &ServerLock, ctx: Ctx, subevent: u64, data: *mut c_void) {
+        guarded(ctx, "flushdb", || {
+            tracking::on_flushdb(lock, subevent, data)
+        });
+    }
+}
+
+struct SwapDb;
+impl ServerEvent for SwapDb {
+    fn on(lock: &ServerLock, ctx: Ctx, _subevent: u64, data: *mut c_void) {
+        guarded(ctx, "swapdb", || tracking::on_swapdb(lock, data));
+    }
+}
+
+struct Loading;
+impl ServerEvent for Loading {
+    fn on(lock: &ServerLock, ctx: Ctx, subevent: u64, _data: *mut c_void) {
+        guarded(ctx, "loading", || {
+            key_event_during_load(ctx, subevent);
+            tracking::on_loading(lock, ctx, subevent)
+        });
+    }
 }

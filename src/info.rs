@@ -1,7 +1,9 @@
 //! The `snapshot` INFO section.
 
 use crate::keyspace::backfill;
+use crate::server::entry::{info, Info};
 use crate::server::info::{self as ffi_info, field, InfoCtx};
+use crate::server::locked::ServerLock;
 use crate::server::Ctx;
 use crate::state;
 use std::os::raw::c_int;
@@ -9,24 +11,27 @@ use std::sync::atomic::Ordering;
 
 /// Registers the INFO callback (replacing redismodule-rs's default one).
 pub fn register(ctx: Ctx) -> Result<(), String> {
-    ffi_info::register(ctx, Some(info_func)).map_err(String::from)
+    ffi_info::register(ctx, Some(info::<Section>)).map_err(String::from)
 }
 
-extern "C" fn info_func(ctx: InfoCtx, for_crash_report: c_int) {
-    // A crash report may be written while this thread holds our locks:
-    // report nothing rather than risk a deadlock there.
-    if for_crash_report != 0 {
-        return;
+struct Section;
+impl Info for Section {
+    fn fill(lock: &ServerLock, ctx: InfoCtx, for_crash_report: c_int) {
+        // A crash report may be written while this thread holds our locks:
+        // report nothing rather than risk a deadlock there.
+        if for_crash_report != 0 {
+            return;
+        }
+        let _ = std::panic::catch_unwind(|| fill(lock, ctx));
     }
-    let _ = std::panic::catch_unwind(|| fill(ctx));
 }
 
-fn fill(ctx: InfoCtx) {
+fn fill(lock: &ServerLock, ctx: InfoCtx) {
     let Some(m) = state::try_get() else { return };
     if !ffi_info::add_module_section(ctx) {
         return; // section not requested
     }
-    crate::keyspace::tracking::settle(&crate::server::locked::ServerLock::in_callback());
+    crate::keyspace::tracking::settle(lock);
     state::ensure_threads(m);
     // Never applies the log here: the figures are those of the applied
     // position, and index_backlog says how far behind (normally 0 within
@@ -117,7 +122,7 @@ fn fill(ctx: InfoCtx) {
     {
         field(ctx, name, v);
     }
-    let dropped = crate::keyspace::idle::dropped(&crate::server::locked::ServerLock::in_callback());
+    let dropped = crate::keyspace::idle::dropped(lock);
     field(ctx, "index_dropped", dropped as u64);
     field(ctx, "index_drops", crate::keyspace::idle::drops());
     let p = backfill::progress();

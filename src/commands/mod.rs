@@ -8,15 +8,18 @@ pub mod testhook;
 
 use crate::args::CmdError;
 use crate::scan::{hscan, keyspace as scan, sscan, zscan};
+use crate::server::entry::{command, Command};
+use crate::server::locked::ServerLock;
 use crate::server::{self, reply::Reply, Ctx};
 use crate::unlink;
 use redis_module::raw;
 use std::ffi::CString;
 use std::os::raw::c_int;
 
-type Handler = fn(Ctx, &[&[u8]]) -> Result<(), CmdError>;
+type Handler = fn(&ServerLock, Ctx, &[&[u8]]) -> Result<(), CmdError>;
 
 fn dispatch(
+    lock: &ServerLock,
     ctx: Ctx,
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
@@ -25,7 +28,8 @@ fn dispatch(
     let args = server::command::args(argv, argc);
     server::blocked::take_blocked_flag();
     let started = std::time::Instant::now();
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(ctx, &args)));
+    let outcome =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(lock, ctx, &args)));
     // A client blocked by the handler is answered by its BlockedReply only
     // (also when the handler panicked after blocking it).
     let blocked = server::blocked::take_blocked_flag();
@@ -43,53 +47,29 @@ fn dispatch(
     raw::REDISMODULE_OK as c_int
 }
 
-extern "C" fn snapshot_scan(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    dispatch(ctx, argv, argc, scan::run)
+/// The entry of each command: hands its arguments to the handler.
+macro_rules! command {
+    ($name:ident, $handler:path) => {
+        struct $name;
+        impl Command for $name {
+            fn call(
+                lock: &ServerLock,
+                ctx: Ctx,
+                argv: *mut *mut raw::RedisModuleString,
+                argc: c_int,
+            ) -> c_int {
+                dispatch(lock, ctx, argv, argc, $handler)
+            }
+        }
+    };
 }
 
-extern "C" fn snapshot_hscan(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    dispatch(ctx, argv, argc, hscan::run)
-}
-
-extern "C" fn snapshot_sscan(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    dispatch(ctx, argv, argc, sscan::run)
-}
-
-extern "C" fn snapshot_zscan(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    dispatch(ctx, argv, argc, zscan::run)
-}
-
-extern "C" fn snapshot_unlink(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    dispatch(ctx, argv, argc, unlink::run)
-}
-
-extern "C" fn snapshot_testhook(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    dispatch(ctx, argv, argc, testhook::run)
-}
+command!(SnapshotScan, scan::run);
+command!(SnapshotHscan, hscan::run);
+command!(SnapshotSscan, sscan::run);
+command!(SnapshotZscan, zscan::run);
+command!(SnapshotUnlink, unlink::run);
+command!(SnapshotTesthook, testhook::run);
 
 struct Spec {
     name: &'static str,
@@ -102,35 +82,35 @@ struct Spec {
 const COMMANDS: &[Spec] = &[
     Spec {
         name: "snapshot.scan",
-        func: Some(snapshot_scan),
+        func: Some(command::<SnapshotScan>),
         flags: "readonly",
         keys: (0, 0, 0),
         acl: "keyspace read slow",
     },
     Spec {
         name: "snapshot.hscan",
-        func: Some(snapshot_hscan),
+        func: Some(command::<SnapshotHscan>),
         flags: "readonly",
         keys: (1, 1, 1),
         acl: "read hash slow",
     },
     Spec {
         name: "snapshot.sscan",
-        func: Some(snapshot_sscan),
+        func: Some(command::<SnapshotSscan>),
         flags: "readonly",
         keys: (1, 1, 1),
         acl: "read set slow",
     },
     Spec {
         name: "snapshot.zscan",
-        func: Some(snapshot_zscan),
+        func: Some(command::<SnapshotZscan>),
         flags: "readonly",
         keys: (1, 1, 1),
         acl: "read sortedset slow",
     },
     Spec {
         name: "snapshot.unlink",
-        func: Some(snapshot_unlink),
+        func: Some(command::<SnapshotUnlink>),
         // No "denyoom": deleting is how memory is freed.
         flags: "write",
         keys: (0, 0, 0),
@@ -141,7 +121,7 @@ const COMMANDS: &[Spec] = &[
 /// Test-only fault injection (see `testhook`).
 const TESTHOOK: Spec = Spec {
     name: "snapshot.testhook",
-    func: Some(snapshot_testhook),
+    func: Some(command::<SnapshotTesthook>),
     flags: "admin",
     keys: (0, 0, 0),
     acl: "admin dangerous",

@@ -10,6 +10,7 @@
 //! new load during the walk restarts it (upserts are idempotent).
 
 use crate::config;
+use crate::server::locked::ServerLock;
 use crate::server::thread_ctx::Detached;
 use crate::server::{self, api, keys, mainloop, scan, Ctx};
 use crate::state::{self, Module};
@@ -79,13 +80,13 @@ pub fn start(ctx: Ctx) {
     let timer_ctx = if ctx.is_null() { walk.tctx.ctx() } else { ctx };
     mainloop::run_in_steps(
         timer_ctx,
-        Box::new(move |_ctx| {
+        Box::new(move |lock, _ctx| {
             // Produce no faster than the indexer applies: a log growing
             // without bound would end with someone applying it in one go.
             if state::try_get().is_some_and(|m| m.live().backlog() > MAX_PENDING) {
                 return mainloop::Next::After(1);
             }
-            if walk.step() {
+            if walk.step(lock) {
                 mainloop::Next::Again
             } else {
                 RUNNING.store(false, Ordering::SeqCst);
@@ -100,6 +101,7 @@ pub fn start(ctx: Ctx) {
 const MAX_PENDING: u64 = 1 << 16;
 
 struct SliceState<'a> {
+    lock: &'a ServerLock,
     m: &'a Module,
     db: usize,
     seen: u64,
@@ -117,13 +119,7 @@ fn on_scanned(
         (false, Some(kt)) => keys::probe_open(ctx, keyname, key, kt),
         _ => keys::probe(ctx, keyname),
     };
-    super::tracking::apply(
-        &crate::server::locked::ServerLock::in_callback(),
-        st.m,
-        st.db,
-        server::string_bytes(keyname),
-        found,
-    );
+    super::tracking::apply(st.lock, st.m, st.db, server::string_bytes(keyname), found);
 }
 
 /// The state of a walk over every database, advanced one slice per turn of
@@ -172,7 +168,7 @@ impl Walk {
 
     /// One slice: at most `snapshot.backfill-batch` keys or 1 ms.
     /// Returns whether more slices are needed.
-    fn step(&mut self) -> bool {
+    fn step(&mut self, lock: &ServerLock) -> bool {
         let (Some(m), true) = (state::try_get(), scan::available()) else {
             return false;
         };
@@ -192,6 +188,7 @@ impl Walk {
         server::select_db(ctx, self.db);
         let started = Instant::now();
         let mut st = SliceState {
+            lock,
             m,
             db: self.db,
             seen: 0,

@@ -160,19 +160,18 @@ pub fn refresh_pause(cost: Duration) -> Duration {
 }
 
 /// Server cron tick (`CronLoop` event).
-pub fn on_cron(ctx: Ctx) {
+pub fn on_cron(lock: &ServerLock, ctx: Ctx) {
     if !enabled() {
         return;
     }
-    let lock = ServerLock::in_callback();
     let now = Instant::now();
-    if NEXT_REFRESH.get(&lock).is_some_and(|next| now < next) {
+    if NEXT_REFRESH.get(lock).is_some_and(|next| now < next) {
         return;
     }
     let cpu = server::deletion::thread_cpu_us();
     refresh(ctx);
     let cost = Duration::from_micros(server::deletion::thread_cpu_us().saturating_sub(cpu));
-    NEXT_REFRESH.replace(&lock, Some(now + refresh_pause(cost)));
+    NEXT_REFRESH.replace(lock, Some(now + refresh_pause(cost)));
 }
 
 /// An atomic-slot-migration event (Valkey 9+) about `slots`.

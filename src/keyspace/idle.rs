@@ -43,10 +43,9 @@ pub fn drops() -> u64 {
 /// A SNAPSHOT.SCAN or SNAPSHOT.UNLINK call: the index is in use. If it
 /// was dropped and the call needs it (`opening` a snapshot), its rebuild
 /// starts here; `Err` if it cannot start (the index stays dropped).
-pub fn in_use(ctx: Ctx, m: &Module, opening: bool) -> Result<(), &'static str> {
-    let lock = ServerLock::in_callback();
-    LAST_USE_MS.replace(&lock, m.mono_ms());
-    if opening && DROPPED.get(&lock) && !rebuild(&lock, ctx, m) {
+pub fn in_use(lock: &ServerLock, ctx: Ctx, m: &Module, opening: bool) -> Result<(), &'static str> {
+    LAST_USE_MS.replace(lock, m.mono_ms());
+    if opening && DROPPED.get(lock) && !rebuild(lock, ctx, m) {
         return Err("ERR snapscan: the index was dropped for want of scans and its rebuild could not start; retry later");
     }
     Ok(())
@@ -54,16 +53,15 @@ pub fn in_use(ctx: Ctx, m: &Module, opening: bool) -> Result<(), &'static str> {
 
 /// A server cron tick: drops the index if it has been idle long enough,
 /// or rebuilds it if the timeout was set back to 0 meanwhile.
-pub fn on_cron(ctx: Ctx, m: &Module) {
-    let lock = ServerLock::in_callback();
+pub fn on_cron(lock: &ServerLock, ctx: Ctx, m: &Module) {
     let timeout_ms = config::get(&config::INDEX_IDLE_TIMEOUT) as u64 * 1000;
-    if DROPPED.get(&lock) {
+    if DROPPED.get(lock) {
         if timeout_ms == 0 {
-            rebuild(&lock, ctx, m); // retried at the next tick if it cannot start
+            rebuild(lock, ctx, m); // retried at the next tick if it cannot start
         }
         return;
     }
-    let idle_ms = m.mono_ms().saturating_sub(LAST_USE_MS.get(&lock));
+    let idle_ms = m.mono_ms().saturating_sub(LAST_USE_MS.get(lock));
     if timeout_ms == 0 || idle_ms < timeout_ms || crate::keyspace::backfill::progress().running {
         return;
     }
@@ -73,12 +71,12 @@ pub fn on_cron(ctx: Ctx, m: &Module) {
     if m.cursors.stats().open > 0 {
         return;
     }
-    DROPPED.replace(&lock, true);
+    DROPPED.replace(lock, true);
     DROPS.fetch_add(1, Ordering::Relaxed);
     // What the notifications kept between two events of one command
     // belongs to the index: forgotten with it.
-    super::tracking::forget_pending(&lock);
-    crate::keyspace::deleted::forget_gone(&lock);
+    super::tracking::forget_pending(lock);
+    crate::keyspace::deleted::forget_gone(lock);
     // The indexer frees the trees (open iterations keep their snapshots).
     m.push(Op::FlushAll);
     crate::server::log(

@@ -14,13 +14,14 @@ pub mod idle;
 pub mod replication;
 pub mod tracking;
 
+use crate::server::locked::ServerLock;
 use crate::server::Ctx;
 
 /// The server's cron tick (main thread): the cluster view's refresh and
 /// the idle drop of the index.
-pub fn on_cron(ctx: Ctx) {
-    cluster::on_cron(ctx);
+pub fn on_cron(lock: &ServerLock, ctx: Ctx) {
+    cluster::on_cron(lock, ctx);
     if let Some(m) = crate::state::try_get() {
-        idle::on_cron(ctx, m);
+        idle::on_cron(lock, ctx, m);
     }
 }

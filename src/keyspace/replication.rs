@@ -49,7 +49,7 @@ pub fn owns_failed_load() -> bool {
 }
 
 /// A `ReplAsyncLoad` server event.
-pub fn on_async_load(ctx: Ctx, subevent: u64) {
+pub fn on_async_load(lock: &crate::server::locked::ServerLock, ctx: Ctx, subevent: u64) {
     match subevent {
         raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_STARTED => {
             server::log(
@@ -72,7 +72,7 @@ pub fn on_async_load(ctx: Ctx, subevent: u64) {
             m.watches.bump_all();
             m.push(Op::FlushAll);
             // A dropped index is rebuilt at its next use instead.
-            if !crate::keyspace::idle::dropped(&crate::server::locked::ServerLock::in_callback()) {
+            if !super::idle::dropped(lock) {
                 backfill::start(ctx);
             }
         }

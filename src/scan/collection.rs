@@ -235,7 +235,7 @@ fn open(ctx: Ctx, call: Call, name: server::OwnedString) -> Result<(), CmdError>
     };
     mainloop::run_in_steps(
         ctx,
-        Box::new(move |_| {
+        Box::new(move |_, _| {
             if task.step() {
                 mainloop::Next::Again
             } else {

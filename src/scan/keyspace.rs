@@ -8,6 +8,7 @@ use crate::index::walk::{walk_snapshot_at, Page, ScanSpec};
 use crate::index::{Key, Snapshot};
 use crate::keyspace::backfill;
 use crate::server::expiry::Verdict;
+use crate::server::locked::ServerLock;
 use crate::server::{self, blocked::BlockedReply, reply::Reply, Ctx};
 use crate::state::{self, Module, ScanCursor};
 use std::sync::Arc;
@@ -45,7 +46,7 @@ enum Start {
 /// without a worker thread the walk runs inline, bounded by the work
 /// budget, after at most [`INLINE_TAKE_BUDGET`] of applying the index's
 /// backlog (else `TRYAGAIN`).
-pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
+pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     if args.len() < 2 {
         return Err(CmdError::WrongArity);
     }
@@ -60,9 +61,9 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     )?;
     let m = state::try_get().ok_or_else(|| CmdError::msg("ERR snapscan is not initialised"))?;
     state::ensure_threads(m);
-    crate::keyspace::tracking::settle(&crate::server::locked::ServerLock::in_callback());
+    crate::keyspace::tracking::settle(lock);
     // Only opening needs the index: a continuation reads its snapshot.
-    crate::keyspace::idle::in_use(ctx, m, cursor == 0).map_err(CmdError::msg)?;
+    crate::keyspace::idle::in_use(lock, ctx, m, cursor == 0).map_err(CmdError::msg)?;
     if cursor == 0 {
         index_ready()?;
     }

@@ -10,6 +10,7 @@ pub mod collcopy;
 pub mod command;
 pub mod configs;
 pub mod deletion;
+pub mod entry;
 pub mod expiry;
 pub mod host;
 pub mod info;

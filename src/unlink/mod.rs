@@ -7,6 +7,7 @@ use crate::index::live::OpenRequest;
 use crate::index::walk::{walk, ScanSpec};
 use crate::index::{Key, Snapshot};
 use crate::server::deletion::{self as deletion, User};
+use crate::server::locked::ServerLock;
 use crate::server::reply::Reply;
 use crate::server::{self, blocked::BlockedReply, keys, mainloop, Ctx, OwnedString};
 use crate::state::{self, Module};
@@ -76,7 +77,7 @@ impl Found {
 /// loop, skipping keys the caller may not write, keys written since the
 /// call and (in cluster mode) keys of slots this node does not own. The
 /// caller waits for the count.
-pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
+pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     if args.len() < 2 {
         return Err(CmdError::WrongArity);
     }
@@ -96,8 +97,8 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     if server::blocking_denied(ctx) {
         return Err(CmdError::msg(IN_TRANSACTION));
     }
-    crate::keyspace::tracking::settle(&crate::server::locked::ServerLock::in_callback());
-    crate::keyspace::idle::in_use(ctx, m, true).map_err(CmdError::msg)?;
+    crate::keyspace::tracking::settle(lock);
+    crate::keyspace::idle::in_use(lock, ctx, m, true).map_err(CmdError::msg)?;
     crate::scan::keyspace::index_ready()?;
     let type_filter = match type_name {
         None => None,
@@ -182,7 +183,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
             m.reaper.dispose(snap);
         }));
     }
-    mainloop::run_in_steps(ctx, Box::new(move |tctx| task.step(tctx)));
+    mainloop::run_in_steps(ctx, Box::new(move |_lock, tctx| task.step(tctx)));
     Ok(())
 }
 
