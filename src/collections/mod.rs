@@ -1,5 +1,9 @@
 //! Point-in-time copies of collections (hashes, sets, sorted sets) for
-//! SNAPSHOT.HSCAN, SNAPSHOT.SSCAN and SNAPSHOT.ZSCAN (pure Rust).
+//! SNAPSHOT.HSCAN, SNAPSHOT.SSCAN and SNAPSHOT.ZSCAN (pure Rust), the
+//! per-key change counters that tell a copy it is stale ([`watch`]) and the
+//! keys written during a SNAPSHOT.UNLINK ([`touched`]).
+//!
+//! Part of the pure core: may touch only the core (`glob`).
 //!
 //! A [`CollCopy`] stores every element of one collection in one arena,
 //! sorted by its name (hash field, set or sorted-set member), so a cursor is

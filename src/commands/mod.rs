@@ -1,7 +1,12 @@
-//! Command registration and the FFI trampolines. Handlers are plain Rust
-//! functions `fn(Ctx, &[&[u8]]) -> Result<(), CmdError>` that either reply
-//! themselves (or block the client) and return `Ok`, or return the error to
-//! reply. No panic crosses into the server: it becomes an error reply.
+//! Command registration and dispatch. Handlers are plain Rust functions
+//! `fn(&ServerLock, Ctx, &[&[u8]]) -> Result<(), CmdError>` that either
+//! reply themselves (or block the client) and return `Ok`, or return the
+//! error to reply. No panic crosses into the server: it becomes an error
+//! reply. The server-lock token comes from the entry trampoline
+//! (`server::entry::command`).
+//!
+//! Owns: the command table and docs. May touch: every handler (`scan`,
+//! `unlink`), the module state, the server layer.
 
 pub mod docs;
 pub mod testhook;

@@ -1,4 +1,9 @@
 //! SNAPSHOT.UNLINK pattern [TYPE type] [DRYRUN]
+//!
+//! Owns: deletions by pattern in flight (a worker walking a snapshot, the
+//! main thread deleting in slices). May touch: the module state, the
+//! keyspace subsystems, `scan::keyspace` (index readiness, inline budget),
+//! the server layer (`deletion`: user, ACL, `UNLINK`) and the core.
 
 use crate::args::{CmdError, SYNTAX};
 use crate::collections::touched::Tracking;
