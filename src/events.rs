@@ -174,7 +174,7 @@ impl KeyspaceEvent for Notification {
         event: *const c_char,
         key: *mut raw::RedisModuleString,
     ) {
-        let _restore = server::clientdb::RestoreDb::new(ctx); // Valkey 8 bug, see clientdb.rs
+        let _restore = keyspace::clientdb::RestoreDb::new(lock, ctx); // Valkey 8 bug, see clientdb.rs
         guarded(ctx, "keyspace event", || {
             tracking::on_keyspace_event(lock, ctx, type_, event, key)
         });

@@ -87,7 +87,7 @@ mod module {
         let options = cluster::module_options(ctx.ctx) | replication::module_options();
         server::host::set_module_options(ctx.ctx, options);
         cluster::init(ctx.ctx);
-        server::clientdb::init(ctx.ctx, server::host::valkey_major(ctx.ctx));
+        crate::keyspace::clientdb::init(ctx.ctx, server::host::valkey_major(ctx.ctx));
         if let Err(e) = events::subscribe(ctx.ctx).and_then(|_| commands::register(ctx.ctx)) {
             ctx.log_warning(&format!("snapscan: {e}"));
             return Status::Err;

@@ -8,6 +8,7 @@
 //! never the command handlers nor the event router above it.
 
 pub mod backfill;
+pub mod clientdb;
 pub mod cluster;
 pub mod deleted;
 pub mod idle;

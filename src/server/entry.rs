@@ -98,3 +98,18 @@ pub fn guarded(ctx: Ctx, what: &str, f: impl FnOnce()) {
         );
     }
 }
+
+/// A command filter (see [`command_filter`]).
+pub trait CommandFilter {
+    fn on(lock: &ServerLock, call: &super::clientdb::FilterCall);
+}
+
+/// The command filter callback of `F`; a panic is swallowed (the command
+/// runs as if unfiltered).
+pub extern "C" fn command_filter<F: CommandFilter>(fctx: *mut raw::RedisModuleCommandFilterCtx) {
+    // SAFETY: the server runs command filters on its main thread, holding
+    // its lock, before the command.
+    let lock = unsafe { ServerLock::new_unchecked() };
+    let call = super::clientdb::FilterCall(fctx);
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| F::on(&lock, &call)));
+}
