@@ -45,14 +45,6 @@ fn info_snapshot(con: &mut Connection) -> String {
     cmd_str(con, &["INFO", "snapshot"])
 }
 
-fn info_u64(con: &mut Connection, name: &str) -> u64 {
-    let info = info_snapshot(con);
-    info_field(&info, name)
-        .unwrap_or_else(|| panic!("no {name} in INFO snapshot:\n{info}"))
-        .parse()
-        .unwrap_or_else(|e| panic!("{name}: {e}"))
-}
-
 /// Waits for the indexer to have applied every recorded change: INFO's
 /// index figures are those of the applied position.
 fn wait_applied(con: &mut Connection) {
@@ -93,14 +85,6 @@ fn to_strings(v: Vec<Vec<u8>>) -> Vec<String> {
 fn config_get(con: &mut Connection, name: &str) -> Option<String> {
     let kv: Vec<String> = query(con, &["CONFIG", "GET", name]).expect("CONFIG GET");
     kv.chunks(2).find(|p| p[0] == name).map(|p| p[1].clone())
-}
-
-fn config_set(con: &mut Connection, name: &str, value: &str) -> RedisResult<()> {
-    redis::cmd("CONFIG")
-        .arg("SET")
-        .arg(name)
-        .arg(value)
-        .query(con)
 }
 
 /// Worker threads of `pid` as (comm, nice). Linux keeps 15 bytes of a thread
@@ -373,7 +357,7 @@ fn idle_cursor_expires_and_is_then_unknown() {
     let server = Server::start();
     let mut con = server.client();
     fill(&mut con, "k", 20);
-    config_set(&mut con, "snapshot.cursor-idle-timeout", "1").unwrap();
+    config_set(&mut con, "snapshot.cursor-idle-timeout", "1");
     let expired_before = info_u64(&mut con, "snapshot_cursors_expired");
     let (c, _) = page(&mut con, "0", &["COUNT", "5"]);
     assert_eq!(info_u64(&mut con, "snapshot_open_snapshots"), 1);
@@ -392,7 +376,7 @@ fn a_cursor_in_use_outlives_the_idle_timeout() {
     let server = Server::start();
     let mut con = server.client();
     let keys = fill(&mut con, "k", 6);
-    config_set(&mut con, "snapshot.cursor-idle-timeout", "1").unwrap();
+    config_set(&mut con, "snapshot.cursor-idle-timeout", "1");
     // Each page restarts the idle clock: 5 continuations 400 ms apart span
     // twice the timeout. (Pacing, not synchronisation.)
     let mut cursor = "0".to_string();
@@ -416,7 +400,7 @@ fn disconnect_mid_iteration_leaks_nothing() {
     let server = Server::start();
     let mut con = server.client();
     fill(&mut con, "k", 40);
-    config_set(&mut con, "snapshot.cursor-idle-timeout", "1").unwrap();
+    config_set(&mut con, "snapshot.cursor-idle-timeout", "1");
     {
         let mut gone = server.client();
         let (c, _) = page(&mut gone, "0", &["COUNT", "5"]);
@@ -440,7 +424,7 @@ fn max_open_cursors_evicts_never_continued_iterations_first() {
     let server = Server::start();
     let mut con = server.client();
     let keys = fill(&mut con, "k", 20);
-    config_set(&mut con, "snapshot.max-open-cursors", "5").unwrap();
+    config_set(&mut con, "snapshot.max-open-cursors", "5");
     assert_eq!(
         config_get(&mut con, "snapshot.max-open-cursors").as_deref(),
         Some("5")
@@ -557,7 +541,7 @@ fn only_the_last_65536_memory_ended_cursors_say_so() {
     const N: usize = 65_536 + 2;
     let server = Server::start();
     let mut con = server.client();
-    config_set(&mut con, "snapshot.max-open-cursors", "100000").unwrap();
+    config_set(&mut con, "snapshot.max-open-cursors", "100000");
     fill(&mut con, "b", 2);
     let mut cursors: Vec<String> = Vec::with_capacity(N);
     for start in (0..N).step_by(2000) {
@@ -579,7 +563,7 @@ fn only_the_last_65536_memory_ended_cursors_say_so() {
     assert!(cursors.iter().all(|c| c != "0"));
     assert_eq!(info_u64(&mut con, "snapshot_open_snapshots"), N as u64);
     let before = info_u64(&mut con, "snapshot_cursors_evicted_memory");
-    config_set(&mut con, "snapshot.max-retained-bytes", "1").unwrap();
+    config_set(&mut con, "snapshot.max-retained-bytes", "1");
     // All but the newest, which pins the live version (no bytes retained),
     // and possibly that one too: so at least 65,537 and at most 65,538.
     wait_until("the iterations to be ended", POLL, || {
@@ -811,7 +795,7 @@ fn config_set_accepts_valid_and_rejects_out_of_range(
     let mut con = server.client();
     let full = format!("snapshot.{name}");
     let before = config_get(&mut con, &full).expect("config exists");
-    let r = config_set(&mut con, &full, value);
+    let r = query::<()>(&mut con, &["CONFIG", "SET", &full, value]);
     let after = config_get(&mut con, &full).unwrap();
     if ok {
         r.unwrap_or_else(|e| panic!("CONFIG SET {full} {value}: {}", err_text(&e)));
@@ -847,9 +831,9 @@ fn small_pages_are_served_inline_and_match_worker_pages(
     let server = Server::start();
     let mut con = server.client();
     let keys = fill(&mut con, "k", 600);
-    config_set(&mut con, "snapshot.inline-entries", "0").unwrap();
+    config_set(&mut con, "snapshot.inline-entries", "0");
     let on_workers = to_strings(full_scan(&mut con, "SNAPSHOT.SCAN", opts));
-    config_set(&mut con, "snapshot.inline-entries", limit).unwrap();
+    config_set(&mut con, "snapshot.inline-entries", limit);
     let small0 = info_u64(&mut con, "snapshot_scans_served_small");
     let served0 = info_u64(&mut con, "snapshot_scans_served");
     let got = to_strings(full_scan(&mut con, "SNAPSHOT.SCAN", opts));
@@ -887,9 +871,9 @@ fn small_hash_pages_are_served_inline_and_match_worker_pages() {
             .ignore();
     }
     let _: () = p.query(&mut con).unwrap();
-    config_set(&mut con, "snapshot.inline-entries", "0").unwrap();
+    config_set(&mut con, "snapshot.inline-entries", "0");
     let on_workers: Vec<Vec<u8>> = full_hscan(&mut con, "SNAPSHOT.HSCAN", "h", &["COUNT", "100"]);
-    config_set(&mut con, "snapshot.inline-entries", "256").unwrap();
+    config_set(&mut con, "snapshot.inline-entries", "256");
     let small0 = info_u64(&mut con, "snapshot_scans_served_small");
     let got: Vec<Vec<u8>> = full_hscan(&mut con, "SNAPSHOT.HSCAN", "h", &["COUNT", "100"]);
     assert_eq!(got, on_workers);
@@ -974,7 +958,7 @@ fn workers_resize_at_runtime_and_have_low_priority() {
         assert_eq!(nice, 19, "default worker-nice for {comm}");
     }
 
-    config_set(&mut con, "snapshot.workers", "4").unwrap();
+    config_set(&mut con, "snapshot.workers", "4");
     wait_until("INFO snapshot_workers 4", POLL, || {
         info_u64(&mut con, "snapshot_workers") == 4
     });
@@ -984,7 +968,7 @@ fn workers_resize_at_runtime_and_have_low_priority() {
         100
     );
 
-    config_set(&mut con, "snapshot.workers", "1").unwrap();
+    config_set(&mut con, "snapshot.workers", "1");
     wait_until("INFO snapshot_workers 1", POLL, || {
         info_u64(&mut con, "snapshot_workers") == 1
     });
@@ -995,12 +979,12 @@ fn workers_resize_at_runtime_and_have_low_priority() {
     );
 
     // worker-nice applies to running workers (at their next job) and new ones.
-    config_set(&mut con, "snapshot.worker-nice", "17").unwrap();
+    config_set(&mut con, "snapshot.worker-nice", "17");
     page(&mut con, "0", &["COUNT", "1000"]);
     wait_until("the worker at nice 17", POLL, || {
         worker_threads(pid).iter().all(|(_, n)| *n == 17)
     });
-    config_set(&mut con, "snapshot.workers", "3").unwrap();
+    config_set(&mut con, "snapshot.workers", "3");
     wait_until("3 worker threads at nice 17", POLL, || {
         let t = worker_threads(pid);
         t.len() == 3 && t.iter().all(|(_, n)| *n == 17)
@@ -1020,16 +1004,16 @@ fn worker_count_converges_after_a_shrink_interrupted_by_a_grow() {
     let pid = server.pid();
     let mut con = server.client();
     for round in 0..5 {
-        config_set(&mut con, "snapshot.workers", "4").unwrap();
+        config_set(&mut con, "snapshot.workers", "4");
         wait_until("4 workers", POLL, || {
             info_u64(&mut con, "snapshot_workers") == 4 && worker_threads(pid).len() == 4
         });
-        config_set(&mut con, "snapshot.workers", "1").unwrap();
+        config_set(&mut con, "snapshot.workers", "1");
         wait_until("one worker to retire", POLL, || {
             info_u64(&mut con, "snapshot_workers") <= 3
         });
-        config_set(&mut con, "snapshot.workers", "4").unwrap();
-        config_set(&mut con, "snapshot.workers", "3").unwrap();
+        config_set(&mut con, "snapshot.workers", "4");
+        config_set(&mut con, "snapshot.workers", "3");
         // Retiring threads notice within (threads x 100 ms): sample until settled.
         let deadline = std::time::Instant::now() + Duration::from_secs(2);
         let mut last = (0, 0);

@@ -109,21 +109,6 @@ fn assert_index_matches(con: &mut Connection, dbs: &[u32]) {
     }
 }
 
-fn dbsize(con: &mut Connection, db: u32) -> u64 {
-    select(con, db);
-    let n: u64 = query(con, &["DBSIZE"]).expect("DBSIZE");
-    select(con, 0);
-    n
-}
-
-fn info_u64(con: &mut Connection, section: &str, field: &str) -> u64 {
-    let info = cmd_str(con, &["INFO", section]);
-    info_field(&info, field).map_or(0, |v| {
-        v.parse()
-            .unwrap_or_else(|_| panic!("INFO {field}={v} is not a number"))
-    })
-}
-
 /// The index holds exactly as many keys as the server (`snapshot_index_keys_db<N>`
 /// vs `DBSIZE`). Only meaningful when no key is logically expired but not yet deleted.
 fn assert_index_sizes(con: &mut Connection, dbs: &[u32]) {
@@ -132,11 +117,11 @@ fn assert_index_sizes(con: &mut Connection, dbs: &[u32]) {
     wait_until(
         "the index log to be applied",
         Duration::from_secs(30),
-        || info_u64(con, "snapshot", "snapshot_index_backlog") == 0,
+        || info_u64(con, "snapshot_index_backlog") == 0,
     );
     for &db in dbs {
-        let server = dbsize(con, db);
-        let index = info_u64(con, "snapshot", &format!("snapshot_index_keys_db{db}"));
+        let server = dbsize_in(con, db);
+        let index = index_keys_db(con, db);
         assert_eq!(
             index, server,
             "db {db}: snapshot_index_keys_db{db}={index} but DBSIZE={server}"
@@ -890,7 +875,7 @@ fn index_follows_ttl(
                     "db {db}: SNAPSHOT.SCAN after the TTLs passed (before any deletion)\n{}",
                     describe_diff("vs expectation", &snap, &alive[&db])
                 );
-                let size = dbsize(&mut chk, db);
+                let size = dbsize_in(&mut chk, db);
                 assert_eq!(
                     size,
                     alive[&db].len() as u64 + pending(db),
@@ -912,7 +897,7 @@ fn index_follows_ttl(
             for &db in &dbs {
                 let want = alive[&db].len() as u64;
                 wait_until(&format!("active expiry in db {db}"), WAIT, || {
-                    dbsize(&mut chk, db) == want
+                    dbsize_in(&mut chk, db) == want
                 });
             }
         }
@@ -938,8 +923,8 @@ fn hash_field_expiry_case(script: &str, expect: &str, fields: &[(u32, &str, u64)
     // Waits for the expiry itself: DBSIZE (keys) and HLEN (fields) do not
     // expire anything lazily.
     wait_until("active field expiry", WAIT, || {
-        dbsize(&mut chk, 0) == n0
-            && dbsize(&mut chk, 3) == n3
+        dbsize_in(&mut chk, 0) == n0
+            && dbsize_in(&mut chk, 3) == n3
             && fields.iter().all(|&(db, key, n)| {
                 select(&mut chk, db);
                 let len: u64 = query(&mut chk, &["HLEN", key]).unwrap();
@@ -983,12 +968,9 @@ fn hash_field_expiry_of_some_fields_keeps_key() {
 fn eviction_removes_keys_from_index() {
     let server = Server::start_with(ServerOpts::new().config("maxmemory-policy", "allkeys-random"));
     let mut con = server.client();
-    let used = info_u64(&mut con, "memory", "used_memory");
+    let used = info_section_u64(&mut con, "memory", "used_memory");
     let limit = used + 3 * 1024 * 1024;
-    cmd_str(
-        &mut con,
-        &["CONFIG", "SET", "maxmemory", &limit.to_string()],
-    );
+    config_set(&mut con, "maxmemory", &limit.to_string());
     let value = "x".repeat(1000);
     let (mut written, mut after_first) = (0u64, 0);
     for batch in 0..400u32 {
@@ -1008,7 +990,7 @@ fn eviction_removes_keys_from_index() {
         let _: () = pipe
             .query(&mut con)
             .unwrap_or_else(|e| panic!("batch {batch}: {e}"));
-        if info_u64(&mut con, "stats", "evicted_keys") > 0 {
+        if info_section_u64(&mut con, "stats", "evicted_keys") > 0 {
             after_first += 1;
             if after_first > 10 {
                 break;
@@ -1016,10 +998,10 @@ fn eviction_removes_keys_from_index() {
         }
     }
     // No more evictions (the server may keep evicting in a timer while over the limit).
-    cmd_str(&mut con, &["CONFIG", "SET", "maxmemory", "0"]);
-    let evicted = info_u64(&mut con, "stats", "evicted_keys");
+    config_set(&mut con, "maxmemory", "0");
+    let evicted = info_section_u64(&mut con, "stats", "evicted_keys");
     assert!(evicted > 0, "no eviction after {written} writes");
-    let held = dbsize(&mut con, 0) + dbsize(&mut con, 3);
+    let held = dbsize_in(&mut con, 0) + dbsize_in(&mut con, 3);
     assert!(
         held < written,
         "{held} keys held of {written} written, but {evicted} evicted"
@@ -1044,12 +1026,12 @@ fn blocked_pop_served_by_push_in_other_db() {
         (got, got2)
     });
     wait_until("the client to block", WAIT, || {
-        info_u64(&mut chk, "clients", "blocked_clients") == 1
+        info_section_u64(&mut chk, "clients", "blocked_clients") == 1
     });
     select(&mut con, 3);
     let _: i64 = query(&mut con, &["RPUSH", "src", "x"]).unwrap();
     wait_until("the second block", WAIT, || {
-        info_u64(&mut chk, "clients", "blocked_clients") == 1 && dbsize(&mut chk, 3) == 8
+        info_section_u64(&mut chk, "clients", "blocked_clients") == 1 && dbsize_in(&mut chk, 3) == 8
     });
     let _: i64 = query(&mut con, &["ZADD", "z", "1", "m"]).unwrap();
     let (got, got2) = waiter.join().unwrap();
@@ -1142,11 +1124,8 @@ fn restart_from_rdb_rebuilds_index() {
 
 fn backfill_state(con: &mut Connection) -> (bool, u64) {
     let info = cmd_str(con, &["INFO", "snapshot"]);
-    let running = info_field(&info, "snapshot_backfill_in_progress").as_deref() == Some("1");
-    let runs = info_field(&info, "snapshot_backfill_runs")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    (running, runs)
+    let running = info_num(&info, "snapshot_backfill_in_progress") == 1;
+    (running, info_num(&info, "snapshot_backfill_runs"))
 }
 
 #[test]
@@ -1210,12 +1189,8 @@ fn module_load_backfills_while_writes_continue() {
     wait_until("the backfill to finish", WAIT, || {
         !backfill_state(&mut w0).0
     });
-    let runs = info_u64(&mut con, "snapshot", "snapshot_backfill_runs");
-    let hold = info_u64(
-        &mut con,
-        "snapshot",
-        "snapshot_backfill_longest_lock_hold_us",
-    );
+    let runs = info_u64(&mut con, "snapshot_backfill_runs");
+    let hold = info_u64(&mut con, "snapshot_backfill_longest_lock_hold_us");
     eprintln!(
         "{}: {writes_during} write rounds during the backfill, LOADING seen {loading_seen} times, \
          {runs} runs, longest lock hold {hold} us",
@@ -1248,8 +1223,8 @@ fn debug_populate_triggers_rebuild() {
         "{}: LOADING seen {loading} + {loading2} times",
         Server::server_name()
     );
-    assert_eq!(dbsize(&mut chk, 0), 20_007);
-    assert_eq!(dbsize(&mut chk, 3), 8_007);
+    assert_eq!(dbsize_in(&mut chk, 0), 20_007);
+    assert_eq!(dbsize_in(&mut chk, 3), 8_007);
     assert_index_matches(&mut chk, &[0, 3]);
     assert_index_sizes(&mut chk, &[0, 3]);
 }
@@ -1267,7 +1242,7 @@ fn debug_populate_inside_multi() {
     });
     let _: Value = query(&mut con, &["EXEC"]).unwrap();
     wait_not_loading(&mut chk);
-    assert_eq!(dbsize(&mut chk, 0), 107);
+    assert_eq!(dbsize_in(&mut chk, 0), 107);
     assert_index_matches(&mut chk, &[0, 3]);
     assert_index_sizes(&mut chk, &[0, 3]);
 }
@@ -1294,7 +1269,7 @@ fn debug_reload_noflush_merge() {
 // ---------------------------------------------------------------------------
 
 fn repl_offset(con: &mut Connection) -> u64 {
-    info_u64(con, "replication", "master_repl_offset")
+    info_section_u64(con, "replication", "master_repl_offset")
 }
 
 fn assert_replica_matches(p: &mut Connection, r: &mut Connection, dbs: &[u32], when: &str) {
@@ -1336,7 +1311,7 @@ fn replica_index_follows_primary() {
         info_field(&info, "master_link_status").as_deref() == Some("up")
             && dbs
                 .iter()
-                .all(|&db| dbsize(&mut r, db) == dbsize(&mut pchk, db))
+                .all(|&db| dbsize_in(&mut r, db) == dbsize_in(&mut pchk, db))
     });
     let _ = wait_not_loading(&mut r);
     assert_replica_matches(&mut pchk, &mut r, &dbs, "after full sync");
@@ -1354,13 +1329,13 @@ fn replica_index_follows_primary() {
     // The short TTLs pass and the primary's active expiry deletes the keys
     // (replicated as DEL).
     wait_until("active expiry on the primary", WAIT, || {
-        dbsize(&mut pchk, 3) == 8
+        dbsize_in(&mut pchk, 3) == 8
     });
     wait_until("the replica to catch up", WAIT, || {
         repl_offset(&mut r) == repl_offset(&mut pchk)
             && dbs
                 .iter()
-                .all(|&db| dbsize(&mut r, db) == dbsize(&mut pchk, db))
+                .all(|&db| dbsize_in(&mut r, db) == dbsize_in(&mut pchk, db))
     });
     assert_keyspace(
         &mut r,

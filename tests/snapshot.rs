@@ -131,10 +131,6 @@ fn server_ms(con: &mut Connection) -> i64 {
     s * 1000 + us / 1000
 }
 
-fn dbsize(con: &mut Connection) -> i64 {
-    query(con, &["DBSIZE"]).expect("DBSIZE")
-}
-
 fn ok(con: &mut Connection, args: &[&str]) {
     let _: Value = query(con, args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
 }
@@ -238,7 +234,7 @@ fn create(pipe: &mut redis::Pipeline, key: &[u8], ty: usize) {
 
 /// Creates keys `prefix<n>` of random types until there are `n` of them.
 /// Every 10th key gets a long TTL. Returns key -> type index.
-fn populate(
+fn random_keys(
     con: &mut Connection,
     rng: &mut Rng,
     prefix: &str,
@@ -357,9 +353,9 @@ struct PtCase {
 fn point_in_time_case(scan: &mut Connection, w: &mut Connection, c: &PtCase) {
     let mut rng = Rng(c.seed);
     ok(w, &["FLUSHALL"]);
-    let model = populate(w, &mut rng, "k:", PT_SPACE, PT_KEYS);
+    let model = random_keys(w, &mut rng, "k:", PT_SPACE, PT_KEYS);
     ok(w, &["SELECT", "1"]);
-    let _ = populate(w, &mut rng, "k:", PT_SPACE, 300);
+    let _ = random_keys(w, &mut rng, "k:", PT_SPACE, 300);
     ok(w, &["SELECT", "0"]);
 
     let pattern = PT_PATTERNS[c.pattern].as_bytes();
@@ -602,15 +598,15 @@ fn evict_some(w: &mut Connection) {
         .and_then(|v| v.parse().ok())
         .expect("used_memory");
     let limit = (used + 2 * 1024 * 1024).to_string();
-    ok(w, &["CONFIG", "SET", "maxmemory-policy", "allkeys-random"]);
-    ok(w, &["CONFIG", "SET", "maxmemory", &limit]);
+    config_set(w, "maxmemory-policy", "allkeys-random");
+    config_set(w, "maxmemory", &limit);
     let big = "x".repeat(100_000);
     let mut pipe = redis::pipe();
     for i in 0..60 {
         pipe.cmd("SET").arg(format!("big:{i}")).arg(&big).ignore();
     }
     run_ignoring_errors(w, &pipe);
-    ok(w, &["CONFIG", "SET", "maxmemory", "0"]);
+    config_set(w, "maxmemory", "0");
     let evicted: u64 = info_field(&cmd_str(w, &["INFO", "stats"]), "evicted_keys")
         .and_then(|v| v.parse().ok())
         .expect("evicted_keys");
@@ -634,9 +630,9 @@ fn open_iterations_survive_whole_db_operations(#[case] op: DbOp) {
     let mut scan = server.client();
     let mut w = server.client();
     let mut rng = Rng(op as u64 + 1);
-    let model = populate(&mut w, &mut rng, "k:", 1000, 400);
+    let model = random_keys(&mut w, &mut rng, "k:", 1000, 400);
     ok(&mut w, &["SELECT", "1"]);
-    let other = populate(&mut w, &mut rng, "k:", 1000, 150);
+    let other = random_keys(&mut w, &mut rng, "k:", 1000, 150);
     ok(&mut w, &["SELECT", "0"]);
 
     let keys: Vec<Bytes> = model.keys().cloned().collect();
@@ -1010,7 +1006,7 @@ fn pages_hold_at_most_count_keys(#[case] count: Option<usize>) {
     let server = Server::start();
     let mut con = server.client();
     let mut rng = Rng(7);
-    let model = populate(&mut con, &mut rng, "k:", 10_000, 250);
+    let model = random_keys(&mut con, &mut rng, "k:", 10_000, 250);
     let count_arg = count.map(|c| c.to_string());
     let opts: Vec<&[u8]> = match &count_arg {
         Some(c) => vec![b"COUNT", c.as_bytes()],
@@ -1081,7 +1077,7 @@ fn sparse_match_finishes_in_few_calls() {
 
     // Budget 1000: at least TOTAL/1000 calls, not many more, some empty
     // pages with a non-zero cursor.
-    ok(&mut con, &["CONFIG", "SET", "snapshot.scan-budget", "1000"]);
+    config_set(&mut con, "snapshot.scan-budget", "1000");
     let examined_before = info_u64(&mut con, "snapshot_entries_examined");
     let mut cursor = "0".to_string();
     let mut pages = Vec::new();
@@ -1130,7 +1126,7 @@ fn literal_prefix_match_seeks() {
         let () = mset.query(&mut con).unwrap();
     }
     assert_eq!(dbsize(&mut con), 20_000);
-    ok(&mut con, &["CONFIG", "SET", "snapshot.scan-budget", "100"]);
+    config_set(&mut con, "snapshot.scan-budget", "100");
 
     for (pattern, count) in [
         ("user:42:*", "100"),
@@ -1437,11 +1433,8 @@ fn expiry_inside_multi_and_lua_follows_the_server_clock(#[case] multi: bool) {
 fn a_queued_cursor_zero_is_cut_at_its_call_not_when_served() {
     let server = Server::start();
     let mut con = server.client();
-    cmd_str(&mut con, &["CONFIG", "SET", "snapshot.workers", "1"]);
-    cmd_str(
-        &mut con,
-        &["CONFIG", "SET", "snapshot.scan-budget", "100000000"],
-    );
+    config_set(&mut con, "snapshot.workers", "1");
+    config_set(&mut con, "snapshot.scan-budget", "100000000");
     let mut p = redis::pipe();
     for i in 0..200_000u32 {
         p.cmd("SET").arg(format!("k{i:06}")).arg(1).ignore();
