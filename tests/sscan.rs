@@ -1,7 +1,7 @@
 //! SNAPSHOT.SSCAN against a real server and its native SSCAN: every set
 //! encoding (intset, listpack, hashtable) with writes between pages, COUNT
-//! honoured for every encoding, MATCH, errors, MULTI / Lua / functions, key
-//! specs and ACL categories.
+//! honoured for every encoding, MATCH, errors, key specs and ACL categories
+//! (MULTI / Lua / functions: tests/collections.rs).
 //!
 //! Ground truth is the native `SSCAN` iteration taken right before cursor 0,
 //! with no write in between.

@@ -1,8 +1,8 @@
 //! SNAPSHOT.ZSCAN against a real server and its native ZSCAN: listpack and
 //! skiplist sorted sets with writes between pages, scores byte for byte as
 //! native ZSCAN formats them, COUNT honoured for every encoding, NOSCORES
-//! (also where native ZSCAN lacks it), MATCH, errors, MULTI / Lua /
-//! functions, key specs and ACL categories.
+//! (also where native ZSCAN lacks it), MATCH, errors, key specs and ACL
+//! categories (MULTI / Lua / functions: tests/collections.rs).
 //!
 //! Ground truth is the native `ZSCAN` iteration taken right before cursor 0,
 //! with no write in between.

@@ -23,30 +23,7 @@ fn key_is_position_one_and_read_only() {
     ] {
         assert_eq!(cmd_strs(&mut con, args), vec!["h"], "{args:?}");
     }
-    let v: Value = query(&mut con, &["COMMAND", "GETKEYSANDFLAGS", CMD, "h", "0"]).unwrap();
-    let text = format!("{v:?}");
-    assert!(
-        text.contains("RO") && text.contains("access") && !text.contains("RW"),
-        "{text}"
-    );
-    let info: Vec<Value> = query(&mut con, &["COMMAND", "INFO", "snapshot.hscan"]).unwrap();
-    let Some(Value::Array(entry)) = info.first() else {
-        panic!("COMMAND INFO: {info:?}")
-    };
-    assert_eq!(entry[1], Value::Int(-3), "arity");
-    assert_eq!(
-        &entry[3..6],
-        &[Value::Int(1), Value::Int(1), Value::Int(1)],
-        "first/last/step"
-    );
-
-    // Redis 7.2-7.4 leave module commands out of `ACL CAT <category>` (redis#13489, 8.0).
-    if server.is_valkey() || server.version() >= (8, 0, 0) {
-        for cat in ["read", "hash", "slow"] {
-            let cmds: Vec<String> = query(&mut con, &["ACL", "CAT", cat]).unwrap();
-            assert!(cmds.iter().any(|c| c == "snapshot.hscan"), "ACL CAT {cat}");
-        }
-    }
+    check_key_specs(&mut con, &server, CMD, &["read", "hash", "slow"]);
 }
 
 #[test]

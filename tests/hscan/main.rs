@@ -6,9 +6,12 @@
 //!
 //! Ground truth is always the server: `HGETALL` (and the native `HSCAN ... MATCH`)
 //! taken right before cursor 0, with no write in between.
+#[path = "../coll/mod.rs"]
+mod coll;
 #[path = "../common/mod.rs"]
 mod common;
 
+use coll::check_key_specs;
 use common::*;
 use redis::{Connection, RedisResult, Value};
 use rstest::rstest;
