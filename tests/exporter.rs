@@ -358,10 +358,11 @@ fn exporter_exports_the_scripts_figures_and_follows_the_server() {
         want(got, "snapshot_workers", |v| v >= 1.0)
     });
     let readme = std::fs::read_to_string(repo("README.md")).expect("README.md");
-    let section = readme
-        .split("\n## ")
-        .find(|s| s.starts_with("Monitoring with Prometheus"))
-        .expect("README section `## Monitoring with Prometheus`");
+    let start = readme
+        .find("# Monitoring with Prometheus\n")
+        .expect("README section `Monitoring with Prometheus`");
+    let section = &readme[start..];
+    let section = &section[..section[2..].find("\n#").map_or(section.len(), |i| i + 2)];
     for name in script_fields() {
         assert!(
             section.contains(&format!("`{name}`")),
