@@ -131,6 +131,6 @@ fn multi_lua_and_functions_match_the_blocking_path(#[case] kind: Kind) {
         .arg(&c1)
         .query(&mut con);
     let e = err_text(&e.expect_err("consumed cursor in EVAL"));
-    assert!(e.contains("is unknown, already used or expired"), "{e}");
+    assert!(e.contains(UNKNOWN_TAIL), "{e}");
     assert_eq!(info_u64(&mut con, "snapshot_hash_cursors_open"), 0);
 }

@@ -204,7 +204,7 @@ fn missing_key_wrongtype_and_argument_errors() {
     // Single use: the set cursor still works once (its snapshot is kept).
     let rest = finish_from(&mut con, CMD, "s", &c, &["COUNT", "3"], 1, |_| {});
     assert_eq!(rest.len(), 97);
-    assert!(expect_err(&mut con, &[CMD, "s", &c]).contains("is unknown, already used or expired"));
+    assert!(expect_err(&mut con, &[CMD, "s", &c]).contains(UNKNOWN_TAIL));
 }
 
 #[test]
@@ -293,9 +293,7 @@ fn the_collection_commands_share_one_cursor_pool_apart_from_scan() {
     assert_eq!(info_u64(&mut con, "snapshot_open_snapshots"), 2);
     assert_eq!(
         expect_err(&mut con, &["SNAPSHOT.HSCAN", "h", &hc]),
-        format!(
-            "ERR cursor {hc} is unknown, already used or expired; restart the scan from cursor 0"
-        )
+        unknown_cursor(&hc)
     );
     // The collection iterations ended no SNAPSHOT.SCAN one...
     let k1 = scan_next(&mut con, &k1);

@@ -12,7 +12,6 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-const UNKNOWN_TAIL: &str = "is unknown, already used or expired; restart the scan from cursor 0";
 const INVALID_CURSOR: &str = "ERR invalid cursor";
 const SYNTAX: &str = "ERR syntax error";
 const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
@@ -20,10 +19,6 @@ const ARITY: &str = "ERR wrong number of arguments for 'snapshot.scan' command";
 const POLL: Duration = Duration::from_secs(10);
 
 // ---------------------------------------------------------------- helpers
-
-fn unknown_cursor(c: &str) -> String {
-    format!("ERR cursor {c} {UNKNOWN_TAIL}")
-}
 
 /// One `SNAPSHOT.SCAN cursor extra...` page.
 fn page(con: &mut Connection, cursor: &str, extra: &[&str]) -> (String, Vec<String>) {
@@ -54,14 +49,6 @@ fn wait_applied(con: &mut Connection) {
         Duration::from_secs(10),
         || info_u64(con, "snapshot_index_backlog") == 0,
     );
-}
-
-fn used_memory(con: &mut Connection) -> u64 {
-    let info = cmd_str(con, &["INFO", "memory"]);
-    info_field(&info, "used_memory")
-        .expect("used_memory")
-        .parse()
-        .expect("used_memory is a number")
 }
 
 /// `n` string keys `<prefix><i:06>` (zero-padded, so byte order = numeric order).

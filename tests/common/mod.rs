@@ -492,6 +492,26 @@ pub fn query<T: FromRedisValue>(con: &mut Connection, args: &[&str]) -> RedisRes
     redis::cmd(args[0]).arg(&args[1..]).query(con)
 }
 
+/// Runs `args`, panicking with the server's error line if it fails.
+pub fn ok(con: &mut Connection, args: &[&str]) -> Value {
+    query(con, args).unwrap_or_else(|e| panic!("{args:?}: {}", err_text(&e)))
+}
+
+/// The server's clock (`TIME`), Unix ms.
+pub fn server_ms(con: &mut Connection) -> i64 {
+    let (s, us): (i64, i64) = query(con, &["TIME"]).expect("TIME");
+    s * 1000 + us / 1000
+}
+
+/// How the error for a cursor that cannot be continued ends.
+pub const UNKNOWN_TAIL: &str =
+    "is unknown, already used or expired; restart the scan from cursor 0";
+
+/// The error for cursor `c` when it cannot be continued.
+pub fn unknown_cursor(c: &str) -> String {
+    format!("ERR cursor {c} {UNKNOWN_TAIL}")
+}
+
 /// Runs `args`, panicking on error, and returns the reply as strings.
 pub fn cmd_strs(con: &mut Connection, args: &[&str]) -> Vec<String> {
     query(con, args).unwrap_or_else(|e| panic!("{args:?}: {e}"))

@@ -131,11 +131,6 @@ fn assert_index_sizes(con: &mut Connection, dbs: &[u32]) {
 }
 
 /// Server clock, Unix ms.
-fn server_ms(con: &mut Connection) -> i64 {
-    let t: Vec<String> = query(con, &["TIME"]).expect("TIME");
-    t[0].parse::<i64>().unwrap() * 1000 + t[1].parse::<i64>().unwrap() / 1000
-}
-
 fn has_command(con: &mut Connection, name: &str) -> bool {
     let v: Vec<Value> = query(con, &["COMMAND", "INFO", name]).expect("COMMAND INFO");
     matches!(v.first(), Some(Value::Array(a)) if !a.is_empty())

@@ -27,7 +27,6 @@ const CMD: &str = "SNAPSHOT.HSCAN";
 /// Upper bound on the calls of any one iteration (every loop here is bounded).
 const MAX_CALLS: usize = 100_000;
 const POLL: Duration = Duration::from_secs(10);
-const UNKNOWN_TAIL: &str = "is unknown, already used or expired; restart the scan from cursor 0";
 const INVALID_CURSOR: &str = "ERR invalid cursor";
 const SYNTAX: &str = "ERR syntax error";
 const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
@@ -38,10 +37,6 @@ const LIMIT_HEAD: &str =
 const LIMIT_TAIL: &str = "bytes held); retry later or raise the limit";
 
 // ---------------------------------------------------------------- helpers
-
-fn unknown_cursor(c: &str) -> String {
-    format!("ERR cursor {c} {UNKNOWN_TAIL}")
-}
 
 /// `f00042`: zero-padded, so byte order is numeric order.
 fn fld(i: usize) -> String {

@@ -127,15 +127,6 @@ fn assert_same(got: &[Bytes], want: &KeySet, what: &str) {
     }
 }
 
-fn server_ms(con: &mut Connection) -> i64 {
-    let (s, us): (i64, i64) = query(con, &["TIME"]).expect("TIME");
-    s * 1000 + us / 1000
-}
-
-fn ok(con: &mut Connection, args: &[&str]) {
-    let _: Value = query(con, args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
-}
-
 /// Runs a pipeline whose replies (errors included) do not matter.
 fn run_ignoring_errors(con: &mut Connection, pipe: &redis::Pipeline) {
     // redis-rs reads every reply before reporting the first error, so the
