@@ -418,12 +418,7 @@ fn unlink_on_an_importing_node_skips_the_imported_keys() {
         a.extend(extra);
         query(con, &a).unwrap_or_else(|e| panic!("{a:?}: {}", err_text(&e)))
     };
-    let not_owned = |con: &mut redis::Connection| {
-        let info = cmd_str(con, &["INFO", "snapshot"]);
-        info_field(&info, "snapshot_unlink_keys_not_owned")
-            .and_then(|v| v.parse::<u64>().ok())
-            .expect("snapshot_unlink_keys_not_owned in INFO")
-    };
+    let not_owned = |con: &mut redis::Connection| info_u64(con, "snapshot_unlink_keys_not_owned");
     assert_eq!(not_owned(&mut cd), 0);
     assert_eq!(unlink(&mut cd, &["DRYRUN"]), own_keys.len() as i64);
     assert_eq!(not_owned(&mut cd), imported_keys.len() as u64);

@@ -15,11 +15,7 @@ fn info_after_a_bulk_write_reports_the_backlog_and_converges() {
         &["DEBUG", "POPULATE", &n.to_string(), "bulk", "8"],
     );
     let info = cmd_str(&mut con, &["INFO", "snapshot"]);
-    let num = |f: &str| -> u64 {
-        info_field(&info, f)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("{f} in {info}"))
-    };
+    let num = |f: &str| info_num(&info, f);
     let (keys, backlog) = (num("snapshot_index_keys"), num("snapshot_index_backlog"));
     // The figures are of the applied position: every key not yet in them is
     // still in the backlog.

@@ -101,9 +101,7 @@ fn apply_db_op(w: &mut Connection, op: DbOp, keys: &[Bytes]) {
 /// Lowers maxmemory (allkeys-random) under a burst of large writes until the
 /// server has evicted keys, then lifts the limit.
 fn evict_some(w: &mut Connection) {
-    let used: u64 = info_field(&cmd_str(w, &["INFO", "memory"]), "used_memory")
-        .and_then(|v| v.parse().ok())
-        .expect("used_memory");
+    let used = info_section_u64(w, "memory", "used_memory");
     let limit = (used + 2 * 1024 * 1024).to_string();
     config_set(w, "maxmemory-policy", "allkeys-random");
     config_set(w, "maxmemory", &limit);
@@ -114,9 +112,7 @@ fn evict_some(w: &mut Connection) {
     }
     run_ignoring_errors(w, &pipe);
     config_set(w, "maxmemory", "0");
-    let evicted: u64 = info_field(&cmd_str(w, &["INFO", "stats"]), "evicted_keys")
-        .and_then(|v| v.parse().ok())
-        .expect("evicted_keys");
+    let evicted = info_section_u64(w, "stats", "evicted_keys");
     assert!(evicted > 0, "nothing was evicted");
 }
 
