@@ -88,10 +88,11 @@ fn the_filter_rebuilt_from_the_index_stays_exact() {
     let mut con = s.client();
     let n = 20_000;
     let bytes_before = info_u64(&mut con, "snapshot_filter_bytes");
-    let t0 = Instant::now();
     // More keys with an expiry than the first filter is sized for: the
     // indexer rebuilds it (bigger) while these keep coming.
     set_all(&mut con, "t", n, &["PX", "1500"]);
+    // Every key was set by now: all of them expire 1500 ms from here or sooner.
+    let t0 = Instant::now();
     // Expiries cleared on half of them: each must reach the index.
     let mut p = redis::pipe();
     for i in (0..n).step_by(2) {
