@@ -415,6 +415,17 @@ fn server_with_bg() -> (Server, Connection, Connection) {
     (server, con, chk)
 }
 
+/// A replica of `primary` and a connection to it, once its link is up.
+fn start_replica(primary: &Server) -> (Server, Connection) {
+    let replica = Server::start_with(ServerOpts::new().replica_of(primary.port()));
+    let mut r = replica.client();
+    wait_until("the replica's link to be up", WAIT, || {
+        let info = cmd_str(&mut r, &["INFO", "replication"]);
+        info_field(&info, "master_link_status").as_deref() == Some("up")
+    });
+    (replica, r)
+}
+
 fn repl_offset(con: &mut Connection) -> u64 {
     info_section_u64(con, "replication", "master_repl_offset")
 }

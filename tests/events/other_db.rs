@@ -60,13 +60,8 @@ fn multi_exec_cross_db_commands(#[case] script: &str, #[case] expect: &str) {
 #[test]
 fn replica_follows_cross_db_commands() {
     let (primary, mut p, mut pchk) = server_with_bg();
-    let replica = Server::start_with(ServerOpts::new().replica_of(primary.port()));
-    let mut r = replica.client();
+    let (_replica, mut r) = start_replica(&primary);
     let dbs = [0, 3, 5];
-    wait_until("the replica to sync", WAIT, || {
-        let info = cmd_str(&mut r, &["INFO", "replication"]);
-        info_field(&info, "master_link_status").as_deref() == Some("up")
-    });
     let script =
         "SET x 1; MOVE x 5; SELECT 0; SET y 1; COPY y z DB 3; SELECT 0; SET w 1; DEL bg0:str";
     assert!(run_script(&mut p, &mut pchk, script, &dbs, true));

@@ -22,6 +22,15 @@ fn wait_fields_expired(con: &mut Connection, key: &str, fields: &[String]) {
     });
 }
 
+/// Whether the server has hash-field expiry; says the test is skipped if not.
+fn field_ttl_or_skip(con: &mut Connection) -> bool {
+    let has = has_field_ttl(con);
+    if !has {
+        eprintln!("skipped: no hash-field expiry on {}", Server::server_name());
+    }
+    has
+}
+
 #[rstest]
 #[case::listpack(30, 4, 4)]
 #[case::hashtable_sliced(3_000, 100, 100)]
@@ -32,8 +41,7 @@ fn fields_whose_ttl_passed_are_excluded(
 ) {
     let server = Server::start();
     let mut con = server.client();
-    if !has_field_ttl(&mut con) {
-        eprintln!("skipped: no hash-field expiry on {}", Server::server_name());
+    if !field_ttl_or_skip(&mut con) {
         return;
     }
     let _: Value = query(&mut con, &["DEBUG", "SET-ACTIVE-EXPIRE", "0"]).unwrap();
@@ -73,8 +81,7 @@ fn fields_expiring_during_a_sliced_copy_are_all_in_or_all_out() {
     const N: usize = 3_000;
     let server = Server::start();
     let mut con = server.client();
-    if !has_field_ttl(&mut con) {
-        eprintln!("skipped: no hash-field expiry on {}", Server::server_name());
+    if !field_ttl_or_skip(&mut con) {
         return;
     }
     config_set(&mut con, "snapshot.hash-copy-batch", "10");
@@ -127,8 +134,7 @@ fn fields_expiring_during_a_sliced_copy_are_all_in_or_all_out() {
 fn a_copy_is_not_reused_after_a_field_expired() {
     let server = Server::start();
     let mut con = server.client();
-    if !has_field_ttl(&mut con) {
-        eprintln!("skipped: no hash-field expiry on {}", Server::server_name());
+    if !field_ttl_or_skip(&mut con) {
         return;
     }
     let _: Value = query(&mut con, &["DEBUG", "SET-ACTIVE-EXPIRE", "0"]).unwrap();
