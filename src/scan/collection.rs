@@ -490,15 +490,19 @@ fn copy_deadline(
 ) -> (TtlGuard, Option<i64>) {
     let guard = ttl_guard(ctx, name, db, kind);
     let key_expire = keys::probe(ctx, name.ptr()).and_then(|f| f.expire);
+    (guard, first_deadline(guard, key_expire))
+}
+
+/// The earlier of the first field TTL (`guard`) and the key's own expiry.
+fn first_deadline(guard: TtlGuard, key_expire: Option<i64>) -> Option<i64> {
     let field = match guard {
         TtlGuard::Until(t) => Some(t),
         _ => None,
     };
-    let until = match (field, key_expire) {
+    match (field, key_expire) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
-    };
-    (guard, until)
+    }
 }
 
 fn ttl_guard(ctx: Ctx, name: &server::OwnedString, db: usize, kind: Kind) -> TtlGuard {
@@ -579,4 +583,64 @@ pub fn info_figures(m: &Module) -> [(&'static str, u64); 8] {
         ),
         ("hash_cursors_open", m.hash_cursors.stats().open as u64),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collections::OverLimit;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case(Kind::Hash, HASH, "hash")]
+    #[case(Kind::Set, SET, "set")]
+    #[case(Kind::Zset, ZSET, "sorted set")]
+    fn each_kind_has_its_type_and_noun(
+        #[case] kind: Kind,
+        #[case] ty: TypeId,
+        #[case] noun_is: &str,
+    ) {
+        assert_eq!(type_id(kind), ty);
+        assert_eq!(noun(kind), noun_is);
+    }
+
+    #[rstest]
+    #[case::none(TtlGuard::Never, None, None)]
+    #[case::key_only(TtlGuard::OneHold, Some(5), Some(5))]
+    #[case::field_only(TtlGuard::Until(7), None, Some(7))]
+    #[case::field_first(TtlGuard::Until(7), Some(9), Some(7))]
+    #[case::key_first(TtlGuard::Until(9), Some(7), Some(7))]
+    fn a_sliced_copy_ends_at_the_first_deadline(
+        #[case] guard: TtlGuard,
+        #[case] key_expire: Option<i64>,
+        #[case] want: Option<i64>,
+    ) {
+        assert_eq!(first_deadline(guard, key_expire), want);
+    }
+
+    #[rstest]
+    #[case::no_field_ttl(TtlGuard::Never, true)]
+    #[case::unknown(TtlGuard::OneHold, false)]
+    #[case::ttl_ahead(TtlGuard::Until(i64::MAX), true)]
+    #[case::ttl_passed(TtlGuard::Until(0), false)]
+    fn a_copy_is_shared_only_while_no_field_can_have_expired(
+        #[case] guard: TtlGuard,
+        #[case] safe: bool,
+    ) {
+        assert_eq!(reuse_is_safe(guard), safe);
+    }
+
+    #[test]
+    fn copy_errors_are_worded_for_the_kind_and_a_vanished_key_is_not_one() {
+        let over = CopyError::OverLimit(OverLimit { held: 10, limit: 8 });
+        assert_eq!(
+            copy_error(over, Kind::Hash).as_deref(),
+            Some("ERR snapscan: collection snapshots would exceed snapshot.collection-memory-limit (10 of 8 bytes held); retry later or raise the limit")
+        );
+        assert_eq!(
+            copy_error(CopyError::Failed("boom".into()), Kind::Zset).as_deref(),
+            Some("ERR snapscan: cannot copy the sorted set: boom")
+        );
+        assert_eq!(copy_error(CopyError::Gone, Kind::Set), None);
+    }
 }
