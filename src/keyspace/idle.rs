@@ -15,9 +15,7 @@
 //! lives in [`LockedCell`]s; the counter INFO prints is an atomic.
 
 use crate::config;
-use crate::index::Op;
 use crate::server::locked::{LockedCell, ServerLock};
-use crate::server::Ctx;
 use crate::state::Module;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -40,68 +38,56 @@ pub fn drops() -> u64 {
     DROPS.load(Ordering::Relaxed)
 }
 
-/// A SNAPSHOT.SCAN or SNAPSHOT.UNLINK call: the index is in use. If it
-/// was dropped and the call needs it (`opening` a snapshot), its rebuild
-/// starts here; `Err` if it cannot start (the index stays dropped).
-pub fn in_use(lock: &ServerLock, ctx: Ctx, m: &Module, opening: bool) -> Result<(), &'static str> {
+/// A SNAPSHOT.SCAN or SNAPSHOT.UNLINK call: the index is in use. Returns
+/// whether it is dropped (the call must rebuild it before opening a
+/// snapshot: see `keyspace::in_use`).
+pub fn note_use(lock: &ServerLock, m: &Module) -> bool {
     LAST_USE_MS.replace(lock, m.mono_ms());
-    if opening && DROPPED.get(lock) && !rebuild(lock, ctx, m) {
-        return Err("ERR snapscan: the index was dropped for want of scans and its rebuild could not start; retry later");
-    }
-    Ok(())
+    DROPPED.get(lock)
 }
 
-/// A server cron tick: drops the index if it has been idle long enough,
-/// or rebuilds it if the timeout was set back to 0 meanwhile.
-pub fn on_cron(lock: &ServerLock, ctx: Ctx, m: &Module) {
+/// What a cron tick asks of the index.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Tick {
+    Nothing,
+    /// Idle long enough, nothing open, no build: drop it.
+    Drop,
+    /// Dropped, and the timeout was set back to 0: rebuild it.
+    Rebuild,
+}
+
+/// A server cron tick: whether the index should be dropped (idle long
+/// enough) or rebuilt (the timeout was set back to 0 meanwhile).
+pub fn on_cron(lock: &ServerLock, m: &Module, building: bool) -> Tick {
     let timeout_ms = config::get(&config::INDEX_IDLE_TIMEOUT) as u64 * 1000;
     if DROPPED.get(lock) {
-        if timeout_ms == 0 {
-            rebuild(lock, ctx, m); // retried at the next tick if it cannot start
-        }
-        return;
+        return if timeout_ms == 0 {
+            Tick::Rebuild // retried at the next tick if it cannot start
+        } else {
+            Tick::Nothing
+        };
     }
     let idle_ms = m.mono_ms().saturating_sub(LAST_USE_MS.get(lock));
-    if timeout_ms == 0 || idle_ms < timeout_ms || crate::keyspace::backfill::progress().running {
-        return;
+    if timeout_ms == 0 || idle_ms < timeout_ms || building {
+        return Tick::Nothing;
     }
     // An open iteration's snapshot shares the index's nodes: dropping would
     // free nothing, and would leave the iteration holding every node alone,
     // past `snapshot.max-retained-bytes`, which would end it.
     if m.cursors.stats().open > 0 {
-        return;
+        return Tick::Nothing;
     }
-    DROPPED.replace(lock, true);
-    DROPS.fetch_add(1, Ordering::Relaxed);
-    // What the notifications kept between two events of one command
-    // belongs to the index: forgotten with it.
-    super::tracking::forget_pending(lock);
-    crate::keyspace::deleted::forget_gone(lock);
-    // The indexer frees the trees (open iterations keep their snapshots).
-    m.push(Op::FlushAll);
-    crate::server::log(
-        ctx,
-        "notice",
-        "snapscan: no scan for snapshot.index-idle-timeout seconds: index dropped until the next SNAPSHOT.SCAN",
-    );
+    Tick::Drop
 }
 
-/// Starts the rebuild; false if the walk could not start (then the index
-/// stays dropped: an empty index must not be served as complete).
-fn rebuild(lock: &ServerLock, ctx: Ctx, m: &Module) -> bool {
-    if crate::keyspace::backfill::needed(ctx, m.databases) {
-        crate::keyspace::backfill::start(ctx);
-        if !crate::keyspace::backfill::progress().running {
-            crate::server::log(
-                ctx,
-                "warning",
-                "snapscan: cannot start rebuilding the index",
-            );
-            return false;
-        }
-    }
+/// Records that the index was dropped.
+pub fn mark_dropped(lock: &ServerLock) {
+    DROPPED.replace(lock, true);
+    DROPS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Records that the index is being rebuilt (in use from now on).
+pub fn mark_rebuilt(lock: &ServerLock, m: &Module) {
     DROPPED.replace(lock, false);
     LAST_USE_MS.replace(lock, m.mono_ms());
-    crate::server::log(ctx, "notice", "snapscan: rebuilding the index");
-    true
 }

@@ -63,7 +63,7 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> 
     state::ensure_threads(m);
     crate::keyspace::tracking::settle(lock);
     // Only opening needs the index: a continuation reads its snapshot.
-    crate::keyspace::idle::in_use(lock, ctx, m, cursor == 0).map_err(CmdError::msg)?;
+    crate::keyspace::in_use(lock, ctx, m, cursor == 0).map_err(CmdError::msg)?;
     if cursor == 0 {
         index_ready()?;
     }

@@ -103,7 +103,7 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> 
         return Err(CmdError::msg(IN_TRANSACTION));
     }
     crate::keyspace::tracking::settle(lock);
-    crate::keyspace::idle::in_use(lock, ctx, m, true).map_err(CmdError::msg)?;
+    crate::keyspace::in_use(lock, ctx, m, true).map_err(CmdError::msg)?;
     crate::scan::keyspace::index_ready()?;
     let type_filter = match type_name {
         None => None,
