@@ -90,12 +90,27 @@ fn with_view<T>(f: impl FnOnce(&mut View) -> T) -> T {
 
 impl View {
     fn recompute(&mut self) {
-        self.visible = self
-            .served
-            .as_ref()
-            .map(|s| Arc::new(s.minus(&self.importing)));
+        self.visible = if HIDES_UNOWNED.load(Ordering::Relaxed) {
+            self.served
+                .as_ref()
+                .map(|s| Arc::new(s.minus(&self.importing)))
+        } else if self.importing.is_empty() {
+            None
+        } else {
+            let mut all = SlotSet::new();
+            all.insert_range(0, SLOT_COUNT - 1);
+            Some(Arc::new(all.minus(&self.importing)))
+        };
     }
 }
+
+const SLOT_COUNT: u16 = 16384;
+
+/// Whether the server's `SCAN` hides the keys of slots this node does not
+/// serve (Redis 8.4+, e.g. after `CLUSTER DELSLOTS`, which keeps them).
+/// Elsewhere `SCAN` shows every key the node holds, whatever its slot, but
+/// those of an atomic import under way.
+static HIDES_UNOWNED: AtomicBool = AtomicBool::new(false);
 
 /// Whether the server runs in cluster mode (known after [`init`]).
 pub fn enabled() -> bool {
@@ -117,6 +132,7 @@ pub fn module_options(ctx: Ctx) -> std::os::raw::c_int {
 pub fn init(ctx: Ctx) {
     if server::cluster_mode(ctx) {
         CLUSTER.store(true, Ordering::Relaxed);
+        HIDES_UNOWNED.store(server::has_redis_slot_migration(), Ordering::Relaxed);
         if let Some(name) = server::config_get(ctx, c"cluster-config-file") {
             use std::os::unix::ffi::OsStrExt;
             let _ = CONFIG_FILE.set(PathBuf::from(std::ffi::OsStr::from_bytes(&name)));
@@ -126,7 +142,7 @@ pub fn init(ctx: Ctx) {
 }
 
 /// The slots a snapshot opened now shows: `None` (every key) outside
-/// cluster mode. Main thread.
+/// cluster mode, or where nothing is hidden. Main thread.
 pub fn visible_slots(ctx: Ctx) -> Option<Arc<SlotSet>> {
     if !enabled() {
         return None;
@@ -172,11 +188,18 @@ pub fn refresh(ctx: Ctx) {
         return;
     };
     let owned = crate::slot::owned_from_nodes(&text);
+    // Keys of a slot now unassigned (DELSLOTS) stay in the database: only
+    // those of slots another node took are gone (Redis 7.0 deletes them
+    // without notifications).
+    let assigned = crate::slot::assigned_from_nodes(&text);
     let lost = with_view(|v| {
         if v.owned.as_deref() != owned.as_ref() {
             v.owned = owned.map(Arc::new);
         }
-        let lost = v.served.as_ref().map(|old| old.minus(&served));
+        let lost = v
+            .served
+            .as_ref()
+            .map(|old| old.minus(&served).minus(&old.minus(&assigned)));
         if v.served.as_ref() != Some(&served) {
             v.served = Some(served);
             v.recompute();
@@ -184,7 +207,7 @@ pub fn refresh(ctx: Ctx) {
         lost
     });
     if let Some(lost) = lost.filter(|l| !l.is_empty()) {
-        purge(ctx, lost, "no longer served");
+        purge(ctx, lost, "taken by another node");
     }
 }
 

@@ -157,6 +157,12 @@ pub fn redis_trim_event_slots(data: *mut c_void) -> SlotSet {
     unsafe { redis_ranges((*data.cast::<RedisTrimInfoV1>()).slots) }
 }
 
+/// Whether the server has Redis 8.4+'s atomic slot migration (known by its
+/// `RedisModule_ClusterGetLocalSlotRanges`, which came with it).
+pub fn has_redis_slot_migration() -> bool {
+    api!(RedisModule_ClusterGetLocalSlotRanges).is_some()
+}
+
 /// The value of a configuration parameter (`CONFIG GET name`); `None` if
 /// the server does not have it.
 #[allow(
