@@ -278,6 +278,42 @@ pub fn assert_exact(node: &Server, what: &str) {
     }
 }
 
+/// Asserts that a full SNAPSHOT.SCAN iteration started now on `node` returns
+/// exactly the keys of the node's native SCAN, with no settling delay: the
+/// native iteration first, then the snapshot's, then the native one again
+/// (a keyspace still changing by itself, e.g. a trim under way, is read
+/// again, a few times at most).
+pub fn assert_exact_now(node: &Server, what: &str) {
+    let mut c = node.client();
+    for _ in 0..5 {
+        let native = native_keys(&mut c);
+        let snap = snapshot_keys(&mut c);
+        if native_keys(&mut c) != native {
+            continue;
+        }
+        let extra: Vec<String> = snap
+            .iter()
+            .filter(|k| native.binary_search(k).is_err())
+            .take(10)
+            .map(|k| show(k))
+            .collect();
+        let missing: Vec<String> = native
+            .iter()
+            .filter(|k| snap.binary_search(k).is_err())
+            .take(10)
+            .map(|k| show(k))
+            .collect();
+        assert!(
+            snap == native,
+            "{what}: SNAPSHOT.SCAN has {} keys, SCAN {}; extra {extra:?}, missing {missing:?}",
+            snap.len(),
+            native.len()
+        );
+        return;
+    }
+    panic!("{what}: the native SCAN kept changing");
+}
+
 /// A client of the whole cluster: sends a command to the node that owns
 /// its key's slot (per a table refreshed on MOVED), follows ASK.
 pub struct ClusterClient {
