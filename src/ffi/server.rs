@@ -286,3 +286,47 @@ pub fn with_key_event_target(data: *mut c_void, f: impl FnOnce(usize, &[u8])) ->
         Some(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `RedisModuleSlotRangeArray` as the server lays it out: the count,
+    /// then the ranges.
+    #[repr(C)]
+    struct Ranges<const N: usize> {
+        num_ranges: i32,
+        ranges: [RedisSlotRange; N],
+    }
+
+    #[test]
+    fn redis_event_payloads_give_their_slot_ranges() {
+        let mut arr = Ranges {
+            num_ranges: 3,
+            ranges: [
+                RedisSlotRange { start: 0, end: 99 },
+                RedisSlotRange {
+                    start: 500,
+                    end: 500,
+                },
+                RedisSlotRange { start: 9, end: 3 }, // malformed: ignored
+            ],
+        };
+        let slots = std::ptr::addr_of_mut!(arr).cast::<RedisSlotRangeArray>();
+        let mut trim = RedisTrimInfoV1 { version: 1, slots };
+        let got = redis_trim_event_slots(std::ptr::addr_of_mut!(trim).cast());
+        assert_eq!(got.ranges_text(), "0-99 500");
+        let mut asm = RedisAsmInfoV1 {
+            version: 1,
+            source_node_id: [0; 41],
+            destination_node_id: [0; 41],
+            task_id: std::ptr::null(),
+            slots,
+        };
+        let got = redis_asm_event_slots(std::ptr::addr_of_mut!(asm).cast());
+        assert_eq!(got.ranges_text(), "0-99 500");
+        assert!(redis_asm_event_slots(std::ptr::null_mut()).is_empty());
+        trim.slots = std::ptr::null_mut();
+        assert!(redis_trim_event_slots(std::ptr::addr_of_mut!(trim).cast()).is_empty());
+    }
+}
