@@ -270,7 +270,7 @@ pub fn on_slot_migration(ctx: Ctx, subevent: u64, slots: SlotSet) {
     match subevent {
         server::ASM_IMPORT_STARTED => import_started(slots),
         server::ASM_IMPORT_COMPLETED => import_completed(slots),
-        server::ASM_IMPORT_ABORTED => import_aborted(ctx, slots),
+        server::ASM_IMPORT_ABORTED => import_aborted(ctx, slots, true),
         server::ASM_EXPORT_COMPLETED => refresh(ctx),
         _ => {}
     }
@@ -281,7 +281,9 @@ pub fn on_redis_slot_migration(ctx: Ctx, subevent: u64, slots: SlotSet) {
     match subevent {
         server::REDIS_ASM_IMPORT_STARTED => import_started(slots),
         server::REDIS_ASM_IMPORT_COMPLETED => import_completed(slots),
-        server::REDIS_ASM_IMPORT_FAILED => import_aborted(ctx, slots),
+        // The server trims what the import brought (a trim event follows,
+        // which purges): no second walk of the index.
+        server::REDIS_ASM_IMPORT_FAILED => import_aborted(ctx, slots, false),
         server::REDIS_ASM_MIGRATE_COMPLETED => gone(ctx, slots, "migrated away"),
         _ => {}
     }
@@ -325,7 +327,9 @@ fn import_completed(slots: SlotSet) {
     });
 }
 
-fn import_aborted(ctx: Ctx, slots: SlotSet) {
+/// An import that will not complete: its slots are no longer hidden as
+/// importing; those the node does not serve are purged if `purge`.
+fn import_aborted(ctx: Ctx, slots: SlotSet, purge_unserved: bool) {
     if !enabled() {
         return;
     }
@@ -334,7 +338,7 @@ fn import_aborted(ctx: Ctx, slots: SlotSet) {
         v.recompute();
         slots.minus(v.served.as_ref().unwrap_or(&SlotSet::new()))
     });
-    if !gone.is_empty() {
+    if purge_unserved && !gone.is_empty() {
         purge(ctx, gone, "import cancelled");
     }
 }

@@ -234,6 +234,16 @@ fn atomic_migration_under_writes_is_exact_midway_and_right_after() {
     }
     fill(&mut cc, "bg:", 500);
     let dst_before = dbsize(dst);
+    if asm == Asm::Redis {
+        // The source trims key by key (trim started ... completed), as when
+        // some module asks for `key_trimmed` notifications; the cancelled
+        // import's target in the next test trims in the background.
+        let _: () = query(
+            &mut src.client(),
+            &["DEBUG", "ASM-TRIM-METHOD", "active", "0"],
+        )
+        .expect("DEBUG ASM-TRIM-METHOD");
+    }
     asm.hold(src, true);
     let writer = Writer::start(&c, keys.clone(), 19);
     asm.start(&c, 0, 1, a, b);
