@@ -247,8 +247,11 @@ extern "C" fn on_redis_slot_migration(
     data: *mut c_void,
 ) {
     guarded(ctx, "slot migration", || {
-        let slots = ffi::server::redis_asm_event_slots(data);
-        crate::cluster::on_redis_slot_migration(ctx, subevent, slots)
+        crate::cluster::on_redis_slot_migration(
+            ctx,
+            subevent,
+            ffi::server::redis_asm_event_slots(data),
+        )
     });
 }
 
@@ -259,8 +262,7 @@ extern "C" fn on_redis_slot_trim(
     data: *mut c_void,
 ) {
     guarded(ctx, "slot trim", || {
-        let slots = ffi::server::redis_trim_event_slots(data);
-        crate::cluster::on_redis_slot_trim(ctx, subevent, slots)
+        crate::cluster::on_redis_slot_trim(ctx, subevent, ffi::server::redis_trim_event_slots(data))
     });
 }
 
