@@ -9,7 +9,7 @@ mod common;
 
 use common::cluster::*;
 use common::*;
-use redis::{FromRedisValue, Value};
+use redis::Value;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -17,14 +17,7 @@ use std::time::{Duration, Instant};
 /// valkey-9.1 (the oldest and newest servers), on any server when run
 /// outside `scripts/test.sh`, or everywhere with `SNAPSCAN_TOPOLOGY=all`.
 fn heavy(test: &str) -> bool {
-    let name = std::env::var("SNAPSCAN_SERVER_NAME").unwrap_or_default();
-    let run = name.is_empty()
-        || matches!(name.as_str(), "redis-7.0" | "valkey-9.1")
-        || std::env::var("SNAPSCAN_TOPOLOGY").as_deref() == Ok("all");
-    if !run {
-        eprintln!("{test}: heavy topology case skipped on {name} (runs on redis-7.0 and valkey-9.1; SNAPSCAN_TOPOLOGY=all runs it everywhere)");
-    }
-    run
+    heavy_on(test, &["redis-7.0", "valkey-9.1"])
 }
 
 fn index_keys(s: &Server) -> u64 {
@@ -208,23 +201,7 @@ fn migrate_based_resharding_under_writes() {
 /// `CLUSTER GETSLOTMIGRATIONS` on `node`: one map per migration.
 fn migrations(node: &Server) -> Vec<HashMap<String, String>> {
     let v: Vec<Value> = query(&mut node.client(), &["CLUSTER", "GETSLOTMIGRATIONS"]).unwrap();
-    v.into_iter()
-        .map(|m| {
-            let items: Vec<Value> = match m {
-                Value::Array(a) => a,
-                Value::Map(kv) => kv.into_iter().flat_map(|(k, v)| [k, v]).collect(),
-                _ => Vec::new(),
-            };
-            items
-                .chunks(2)
-                .filter_map(|kv| {
-                    let k = String::from_redis_value(&kv[0]).ok()?;
-                    let v = String::from_redis_value(&kv[1]).unwrap_or_default();
-                    Some((k, v))
-                })
-                .collect()
-        })
-        .collect()
+    v.into_iter().map(reply_fields).collect()
 }
 
 /// Waits until the migration of `range` (as "a-b") on `node` is in `state`.

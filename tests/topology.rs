@@ -16,21 +16,12 @@ mod common;
 
 use common::cluster::*;
 use common::*;
-use redis::{FromRedisValue, Value};
-use std::collections::HashMap;
+use redis::Value;
 use std::time::{Duration, Instant};
 
-/// Whether the heavy cases run on this server: redis-8.6 and valkey-9.1,
-/// any server outside `scripts/test.sh`, or all with `SNAPSCAN_TOPOLOGY=all`.
+/// Whether the heavy cases run on this server (see [`heavy_on`]).
 fn heavy(test: &str) -> bool {
-    let name = std::env::var("SNAPSCAN_SERVER_NAME").unwrap_or_default();
-    let run = name.is_empty()
-        || matches!(name.as_str(), "redis-8.6" | "valkey-9.1")
-        || std::env::var("SNAPSCAN_TOPOLOGY").as_deref() == Ok("all");
-    if !run {
-        eprintln!("{test}: heavy topology case skipped on {name} (runs on redis-8.6 and valkey-9.1; SNAPSCAN_TOPOLOGY=all runs it everywhere)");
-    }
-    run
+    heavy_on(test, &["redis-8.6", "valkey-9.1"])
 }
 
 fn info_num(s: &Server, field: &str) -> u64 {
@@ -156,7 +147,7 @@ impl Asm {
         };
         reply
             .into_iter()
-            .map(fields)
+            .map(reply_fields)
             .filter(|m| m.get(slots_field).map(String::as_str) == Some(range))
             .filter_map(|m| m.get(state_field).cloned())
             .collect()
@@ -186,23 +177,6 @@ impl Asm {
     }
 }
 
-/// A flat key/value reply (RESP2 array or RESP3 map) as a map.
-fn fields(v: Value) -> HashMap<String, String> {
-    let items: Vec<Value> = match v {
-        Value::Array(a) => a,
-        Value::Map(kv) => kv.into_iter().flat_map(|(k, v)| [k, v]).collect(),
-        _ => Vec::new(),
-    };
-    items
-        .chunks(2)
-        .filter_map(|kv| {
-            let k = String::from_redis_value(&kv[0]).ok()?;
-            let v = String::from_redis_value(kv.get(1)?).unwrap_or_default();
-            Some((k, v))
-        })
-        .collect()
-}
-
 /// `n` keys in each of every 10th slot of `a..=b`.
 fn range_keys(a: u16, b: u16, n: usize) -> Vec<String> {
     (a..=b)
@@ -211,28 +185,65 @@ fn range_keys(a: u16, b: u16, n: usize) -> Vec<String> {
         .collect()
 }
 
-/// Atomic slot migration under writes: exact on both nodes in the middle,
-/// and on each node right after it says the migration completed.
-#[test]
-fn atomic_migration_under_writes_is_exact_midway_and_right_after() {
+/// Two primaries; keys written in every 10th of the first `slots` slots of
+/// node 0 (`per_slot` each), to be moved to node 1.
+struct Moving {
+    c: Cluster,
+    a: u16,
+    b: u16,
+    range: String,
+    keys: Vec<String>,
+}
+
+/// `None` (saying why) where the server has no atomic slot migration.
+fn two_primaries_with_keys(slots: usize, per_slot: usize) -> Option<(Asm, Moving)> {
     let Some(asm) = Asm::detect() else {
         eprintln!(
             "skipped: no atomic slot migration on {}",
             Server::server_name()
         );
-        return;
+        return None;
     };
     let c = Cluster::start(2, 0);
-    let (src, dst) = (&c.nodes[0], &c.nodes[1]);
     let own = slots_of(&c, 0);
-    let (a, b) = (own[0], own[299]);
-    let range = format!("{a}-{b}");
-    let keys = range_keys(a, b, 25);
+    let (a, b) = (own[0], own[slots - 1]);
+    let keys = range_keys(a, b, per_slot);
     let mut cc = c.client();
     for k in &keys {
         cc.set(k, "v");
     }
-    fill(&mut cc, "bg:", 500);
+    let range = format!("{a}-{b}");
+    Some((
+        asm,
+        Moving {
+            c,
+            a,
+            b,
+            range,
+            keys,
+        },
+    ))
+}
+
+/// Atomic slot migration under writes: exact on both nodes in the middle,
+/// and on each node right after it says the migration completed.
+#[test]
+fn atomic_migration_under_writes_is_exact_midway_and_right_after() {
+    let Some((
+        asm,
+        Moving {
+            c,
+            a,
+            b,
+            range,
+            keys,
+        },
+    )) = two_primaries_with_keys(300, 25)
+    else {
+        return;
+    };
+    let (src, dst) = (&c.nodes[0], &c.nodes[1]);
+    fill(&mut c.client(), "bg:", 500);
     let dst_before = dbsize(dst);
     if asm == Asm::Redis {
         // The source trims key by key (trim started ... completed), as when
@@ -282,23 +293,21 @@ fn atomic_migration_under_writes_is_exact_midway_and_right_after() {
 /// deleted on the source do not come back when the slots are imported.
 #[test]
 fn cancelled_import_then_deletes_then_reimport_brings_nothing_back() {
-    let Some(asm) = Asm::detect() else {
-        eprintln!(
-            "skipped: no atomic slot migration on {}",
-            Server::server_name()
-        );
+    let Some((
+        asm,
+        Moving {
+            c,
+            a,
+            b,
+            range,
+            keys,
+        },
+    )) = two_primaries_with_keys(200, 20)
+    else {
         return;
     };
-    let c = Cluster::start(2, 0);
     let (src, dst) = (&c.nodes[0], &c.nodes[1]);
-    let own = slots_of(&c, 0);
-    let (a, b) = (own[0], own[199]);
-    let range = format!("{a}-{b}");
-    let keys = range_keys(a, b, 20);
     let mut cc = c.client();
-    for k in &keys {
-        cc.set(k, "v");
-    }
     let dst_before = dbsize(dst);
     asm.hold(src, true);
     asm.start(&c, 0, 1, a, b);
