@@ -24,25 +24,6 @@ fn heavy(test: &str) -> bool {
     heavy_on(test, &["redis-8.6", "valkey-9.1"])
 }
 
-fn info_num(s: &Server, field: &str) -> u64 {
-    let info = cmd_str(&mut s.client(), &["INFO", "snapshot"]);
-    info_field(&info, field)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("{field} in INFO snapshot"))
-}
-
-fn dbsize(s: &Server) -> u64 {
-    query(&mut s.client(), &["DBSIZE"]).expect("DBSIZE")
-}
-
-/// Slots owned by node `i` according to node 0.
-fn slots_of(c: &Cluster, i: usize) -> Vec<u16> {
-    let owners = slot_owners(&mut c.nodes[0].client());
-    (0..SLOTS)
-        .filter(|&s| owners[s as usize] == c.id(i))
-        .collect()
-}
-
 /// The server's atomic slot migration, driven the same way on both.
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum Asm {
@@ -205,7 +186,7 @@ fn two_primaries_with_keys(slots: usize, per_slot: usize) -> Option<(Asm, Moving
         return None;
     };
     let c = Cluster::start(2, 0);
-    let own = slots_of(&c, 0);
+    let own = c.slots_of(0);
     let (a, b) = (own[0], own[slots - 1]);
     let keys = range_keys(a, b, per_slot);
     let mut cc = c.client();
@@ -244,7 +225,7 @@ fn atomic_migration_under_writes_is_exact_midway_and_right_after() {
     };
     let (src, dst) = (&c.nodes[0], &c.nodes[1]);
     fill(&mut c.client(), "bg:", 500);
-    let dst_before = dbsize(dst);
+    let dst_before = dbsize(&mut dst.client());
     if asm == Asm::Redis {
         // The source trims key by key (trim started ... completed), as when
         // some module asks for `key_trimmed` notifications; the cancelled
@@ -259,7 +240,7 @@ fn atomic_migration_under_writes_is_exact_midway_and_right_after() {
     let writer = Writer::start(&c, keys.clone(), 19);
     asm.start(&c, 0, 1, a, b);
     wait_until("the target receives keys", TOPOLOGY_TIMEOUT, || {
-        info_num(dst, "snapshot_index_keys") > dst_before
+        info_u64(&mut dst.client(), "snapshot_index_keys") > dst_before
     });
     assert!(writer.stop() > 0, "the writer wrote during the migration");
     assert!(
@@ -277,14 +258,17 @@ fn atomic_migration_under_writes_is_exact_midway_and_right_after() {
     assert_exact_now(dst, "target, right after the import completed");
     asm.wait(src, &range, &[asm.done_state()]);
     assert_exact_now(src, "source, right after the migration completed");
-    assert!(dbsize(dst) > dst_before, "the target has the slots' keys");
+    assert!(
+        dbsize(&mut dst.client()) > dst_before,
+        "the target has the slots' keys"
+    );
     wait_until(
         "both indexes hold only their keys",
         TOPOLOGY_TIMEOUT,
         || {
-            [src, dst]
-                .iter()
-                .all(|n| info_num(n, "snapshot_index_keys") == dbsize(n))
+            [src, dst].iter().all(|n| {
+                info_u64(&mut n.client(), "snapshot_index_keys") == dbsize(&mut n.client())
+            })
         },
     );
 }
@@ -308,20 +292,20 @@ fn cancelled_import_then_deletes_then_reimport_brings_nothing_back() {
     };
     let (src, dst) = (&c.nodes[0], &c.nodes[1]);
     let mut cc = c.client();
-    let dst_before = dbsize(dst);
+    let dst_before = dbsize(&mut dst.client());
     asm.hold(src, true);
     asm.start(&c, 0, 1, a, b);
     wait_until("the target receives keys", TOPOLOGY_TIMEOUT, || {
-        info_num(dst, "snapshot_index_keys") > dst_before
+        info_u64(&mut dst.client(), "snapshot_index_keys") > dst_before
     });
     asm.cancel(&c, 0, 1);
     asm.wait(dst, &range, &["canceled", "cancelled", "failed"]);
     asm.hold(src, false);
     assert_exact_now(dst, "target, right after the cancelled import");
     wait_until("the cancelled import purged", TOPOLOGY_TIMEOUT, || {
-        info_num(dst, "snapshot_index_keys") == dbsize(dst)
+        info_u64(&mut dst.client(), "snapshot_index_keys") == dbsize(&mut dst.client())
     });
-    assert_eq!(dbsize(dst), dst_before);
+    assert_eq!(dbsize(&mut dst.client()), dst_before);
 
     // Half the keys deleted on the source, then the slots imported for good.
     let deleted: Vec<&String> = keys.iter().step_by(2).collect();
@@ -338,13 +322,13 @@ fn cancelled_import_then_deletes_then_reimport_brings_nothing_back() {
         .collect();
     assert!(back.is_empty(), "deleted keys came back: {back:?}");
     assert_eq!(
-        dbsize(dst),
+        dbsize(&mut dst.client()),
         dst_before + (keys.len() - deleted.len()) as u64
     );
     wait_until(
         "the target's index holds only its keys",
         TOPOLOGY_TIMEOUT,
-        || info_num(dst, "snapshot_index_keys") == dbsize(dst),
+        || info_u64(&mut dst.client(), "snapshot_index_keys") == dbsize(&mut dst.client()),
     );
 }
 

@@ -165,6 +165,14 @@ impl Cluster {
         })
     }
 
+    /// Slots owned by node `i` according to node 0.
+    pub fn slots_of(&self, i: usize) -> Vec<u16> {
+        let owners = slot_owners(&mut self.nodes[0].client());
+        (0..SLOTS)
+            .filter(|&s| owners[s as usize] == self.ids[i])
+            .collect()
+    }
+
     /// Index of the node that owns `slot` according to node 0.
     pub fn owner(&self, slot: u16) -> usize {
         let owners = slot_owners(&mut self.nodes[0].client());
