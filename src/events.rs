@@ -8,7 +8,8 @@
 //! - the `Key` event (a key unlinked or overwritten): `keyspace::deleted`;
 //! - cron: `keyspace` (cluster view refresh, idle drop);
 //! - replication's async load: `keyspace::replication`;
-//! - atomic slot migration: `keyspace::cluster`.
+//! - atomic slot migration (Valkey), slot migration and trim (Redis 8.4+):
+//!   `keyspace::cluster`.
 //!
 //! Owns only the subscriptions (and whether the `Key` event is on).
 
@@ -60,6 +61,19 @@ pub fn subscribe(ctx: Ctx) -> Result<(), String> {
         optional.push((
             server::host::EVENT_ATOMIC_SLOT_MIGRATION,
             Some(server_event::<SlotMigration>),
+        ));
+    } else if !server::host::is_valkey(ctx) {
+        // Redis 8.4+: what the module handles is declared by subscribing.
+        // Not to `key_trimmed` notifications: without a subscriber, the
+        // server keeps its fast background trim, and the trim event names
+        // the slots.
+        optional.push((
+            server::host::EVENT_REDIS_SLOT_MIGRATION,
+            Some(server_event::<RedisSlotMigration>),
+        ));
+        optional.push((
+            server::host::EVENT_REDIS_SLOT_TRIM,
+            Some(server_event::<RedisSlotTrim>),
         ));
     }
     for (id, cb) in optional {
@@ -161,6 +175,28 @@ impl ServerEvent for SlotMigration {
     fn on(_lock: &ServerLock, ctx: Ctx, subevent: u64, data: *mut c_void) {
         guarded(ctx, "slot migration", || {
             cluster::on_slot_migration(ctx, subevent, server::host::asm_event_slots(data))
+        });
+    }
+}
+
+struct RedisSlotMigration;
+impl ServerEvent for RedisSlotMigration {
+    fn on(_lock: &ServerLock, ctx: Ctx, subevent: u64, data: *mut c_void) {
+        guarded(ctx, "slot migration", || {
+            cluster::on_redis_slot_migration(
+                ctx,
+                subevent,
+                server::host::redis_asm_event_slots(data),
+            )
+        });
+    }
+}
+
+struct RedisSlotTrim;
+impl ServerEvent for RedisSlotTrim {
+    fn on(_lock: &ServerLock, ctx: Ctx, subevent: u64, data: *mut c_void) {
+        guarded(ctx, "slot trim", || {
+            cluster::on_redis_slot_trim(ctx, subevent, server::host::redis_trim_event_slots(data))
         });
     }
 }

@@ -86,7 +86,7 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> 
                 hi: at,
             });
         Start::Open(
-            m.open_in(db, at, crate::keyspace::cluster::visible_slots()),
+            m.open_in(db, at, crate::keyspace::cluster::visible_slots(ctx)),
             clock,
         )
     } else {
