@@ -1,6 +1,8 @@
 //! The module map's rules, checked on the source: the pure core imports
-//! only the core, the server layer only the core, and no two top-level
-//! modules reach each other (the `use crate::X` graph has no cycle).
+//! only the core, the server layer only the core, no two top-level
+//! modules reach each other (the `use crate::X` graph has no cycle), and
+//! `unsafe` appears only in the server layer (and the two documented
+//! exceptions).
 //! See docs/DESIGN.md, "Module map".
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -170,6 +172,38 @@ fn no_import_cycle_between_top_level_modules() {
             .collect();
         panic!("import cycle: {hops:#?}");
     }
+}
+
+/// Files outside `server/` that may hold `unsafe`: the global allocator
+/// and the CPU prefetch hint of the index (an intrinsic that never
+/// dereferences its address).
+const UNSAFE_ELSEWHERE: &[&str] = &["alloc.rs", "index/prefetch.rs"];
+
+#[test]
+fn unsafe_lives_in_the_server_layer() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut bad = Vec::new();
+    for f in files {
+        let rel = f.strip_prefix(&src).unwrap_or(&f).display().to_string();
+        if rel.starts_with("server/")
+            || rel == "layering.rs"
+            || UNSAFE_ELSEWHERE.contains(&rel.as_str())
+        {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        let uses_unsafe = text.lines().any(|line| {
+            let code = line.split("//").next().unwrap_or("");
+            code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .any(|w| w == "unsafe")
+        });
+        if uses_unsafe {
+            bad.push(rel);
+        }
+    }
+    assert!(bad.is_empty(), "unsafe outside server/: {bad:?}");
 }
 
 #[test]
