@@ -473,7 +473,7 @@ fn memory_held_by_old_versions_is_capped_by_ending_the_oldest_iterations() {
 #[test]
 fn without_a_cap_nothing_is_ended_and_retained_versions_are_counted() {
     let server = start(
-        ServerOpts::new().module_args(&["max-retained-bytes", "0"]),
+        ServerOpts::new().module_args(&["max-retained-bytes", "0", "max-retained-percent", "0"]),
         None,
     );
     let mut con = server.client();
