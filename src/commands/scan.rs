@@ -510,6 +510,36 @@ mod tests {
         assert!(!c.decided());
     }
 
+    /// The most settling costs: a walk of [`RESOLVE_ENTRIES`] entries, the
+    /// only key with a TTL at the end (`cargo test --release --lib speed
+    /// -- --ignored --nocapture`).
+    #[test]
+    #[ignore]
+    fn speed_of_the_longest_settling() {
+        let mut map = KeyMap::new();
+        for i in 0..RESOLVE_ENTRIES - 1 {
+            map.insert(format!("key:{i:012}").as_bytes(), Meta::plain(STRING));
+        }
+        map.insert(b"zzz", Meta::new(STRING, Some(1_500)));
+        let asked = Cell::new(0);
+        let judge = server(&map, 1_000, &asked);
+        let t = std::time::Instant::now();
+        let c = resolve_clock(
+            &map,
+            ScriptClock {
+                lo: i64::MIN,
+                hi: HI,
+            },
+            &judge,
+        );
+        println!(
+            "settling over {RESOLVE_ENTRIES} entries: {:?} ({:?})",
+            t.elapsed(),
+            c
+        );
+        assert!(c.decided());
+    }
+
     proptest! {
         /// After the opening call, every key of the snapshot is judged at
         /// the resolved clock exactly as the script's frozen clock judges it.
