@@ -21,11 +21,6 @@ fn limit(con: &mut Connection) -> (u64, String) {
     (bytes, source)
 }
 
-fn config_set(con: &mut Connection, name: &str, v: &str) {
-    let _: () = query(con, &["CONFIG", "SET", &format!("snapshot.{name}"), v])
-        .unwrap_or_else(|e| panic!("CONFIG SET {name} {v}: {e}"));
-}
-
 fn indexed(con: &mut Connection, keys: u64) {
     wait_until("the index caught up", Duration::from_secs(30), || {
         info_u64(con, "snapshot_index_keys") == keys && info_u64(con, "snapshot_index_backlog") == 0
@@ -100,7 +95,7 @@ fn the_default_limit_follows_the_index_and_ends_the_oldest_iterations() {
 
     // Past the floor the limit is the share of the live index: it grows
     // with the index.
-    config_set(&mut con, "max-retained-percent", "1000");
+    config_set(&mut con, "snapshot.max-retained-percent", "1000");
     let (l1, source) = limit(&mut con);
     assert_eq!(source, "max-retained-percent");
     assert!(l1 > FLOOR, "{l1}");
@@ -115,10 +110,10 @@ fn the_default_limit_follows_the_index_and_ends_the_oldest_iterations() {
 
     // An absolute setting below the relative one applies; with neither,
     // no limit.
-    config_set(&mut con, "max-retained-bytes", "1mb");
+    config_set(&mut con, "snapshot.max-retained-bytes", "1mb");
     assert_eq!(limit(&mut con), (1 << 20, "max-retained-bytes".into()));
-    config_set(&mut con, "max-retained-percent", "0");
+    config_set(&mut con, "snapshot.max-retained-percent", "0");
     assert_eq!(limit(&mut con), (1 << 20, "max-retained-bytes".into()));
-    config_set(&mut con, "max-retained-bytes", "0");
+    config_set(&mut con, "snapshot.max-retained-bytes", "0");
     assert_eq!(limit(&mut con), (0, "none".into()));
 }

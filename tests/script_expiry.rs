@@ -55,7 +55,7 @@ fn set_of(v: Vec<String>) -> BTreeSet<String> {
 fn iteration_opened_in_a_busy_script_matches_native_scan_in_that_script() {
     let server = Server::start();
     let mut con = server.client();
-    let _: () = query(&mut con, &["CONFIG", "SET", "busy-reply-threshold", "50"]).unwrap();
+    config_set(&mut con, "busy-reply-threshold", "50");
     let exact = server.is_valkey() || server.version() >= (7, 2, 0);
     for count in ["1", "3", "10", "25", "50"] {
         populate(&mut con);
