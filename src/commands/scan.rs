@@ -134,7 +134,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
             lo: i64::MIN,
             hi: at,
         });
-        Start::Open(m.open_in(db, at, crate::cluster::visible_slots()), clock)
+        Start::Open(m.open_in(db, at, crate::cluster::visible_slots(ctx)), clock)
     } else {
         match m.cursors.take_in(cursor, db) {
             Ok(e) => Start::At {
