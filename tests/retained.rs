@@ -50,21 +50,7 @@ fn the_default_limit_follows_the_index_and_ends_the_oldest_iterations() {
 
     // Versions pinned under index-changing writes all over the keyspace:
     // without a limit they would hold several times the index.
-    let mut rng = Rng(11);
-    let mut cursors = Vec::new();
-    for _ in 0..30 {
-        let mut p = redis::pipe();
-        for _ in 0..3000 {
-            p.cmd("PEXPIRE")
-                .arg(format!("key:{}", rng.below(200_000)))
-                .arg(1_000_000_000)
-                .ignore();
-        }
-        let _: () = p.query(&mut con).unwrap();
-        let (c, _): (String, Vec<String>) =
-            query(&mut con, &["SNAPSHOT.SCAN", "0", "COUNT", "1"]).unwrap();
-        cursors.push(c);
-    }
+    let cursors = pin_versions(&mut con, 200_000, 30, 3000, 11);
     // Within the limit plus one indexer batch (1,024 writes, each copying
     // a path of at most 4 nodes of 2 KiB).
     let batch = 1024 * 4 * 2048;
@@ -77,20 +63,7 @@ fn the_default_limit_follows_the_index_and_ends_the_oldest_iterations() {
         },
     );
     assert!(info_u64(&mut con, "snapshot_cursors_evicted_memory") > 0);
-    let err = expect_err(&mut con, &["SNAPSHOT.SCAN", &cursors[0]]);
-    assert_eq!(
-        err,
-        format!(
-            "ERR cursor {}: snapscan: iteration ended to bound snapshot memory (snapshot.max-retained-bytes); restart the scan from cursor 0",
-            cursors[0]
-        )
-    );
-    let (_, page): (String, Vec<String>) = query(
-        &mut con,
-        &["SNAPSHOT.SCAN", cursors.last().unwrap(), "COUNT", "3"],
-    )
-    .unwrap();
-    assert_eq!(page.len(), 3, "the newest iteration goes on");
+    assert_oldest_ended_newest_goes_on(&mut con, &cursors);
     drop(cursors);
 
     // Past the floor the limit is the share of the live index: it grows

@@ -469,6 +469,18 @@ mod tests {
 
     const HI: i64 = 2_000;
 
+    /// Settles a clock known only to be at most `HI`.
+    fn resolve_from_nothing(map: &KeyMap, judge: Judge) -> ScriptClock {
+        resolve_clock(
+            map,
+            ScriptClock {
+                lo: i64::MIN,
+                hi: HI,
+            },
+            judge,
+        )
+    }
+
     #[rstest]
     // A key alive at the frozen clock with a TTL: the clock exactly.
     #[case::spinning_key_alive(&[("a", None), ("b", Some(1_500))], 1_000, (1_000, 1_000), 1)]
@@ -490,14 +502,7 @@ mod tests {
         let map = map_of(entries);
         let asked = Cell::new(0);
         let judge = server(&map, t0, &asked);
-        let c = resolve_clock(
-            &map,
-            ScriptClock {
-                lo: i64::MIN,
-                hi: HI,
-            },
-            &judge,
-        );
+        let c = resolve_from_nothing(&map, &judge);
         assert_eq!((c.lo, c.hi), expect);
         assert_eq!(asked.get(), asks);
     }
@@ -524,14 +529,7 @@ mod tests {
         let asked = Cell::new(0);
         let judge = server(&map, 1_000, &asked);
         let t = std::time::Instant::now();
-        let c = resolve_clock(
-            &map,
-            ScriptClock {
-                lo: i64::MIN,
-                hi: HI,
-            },
-            &judge,
-        );
+        let c = resolve_from_nothing(&map, &judge);
         println!(
             "settling over {RESOLVE_ENTRIES} entries: {:?} ({:?})",
             t.elapsed(),
@@ -554,7 +552,7 @@ mod tests {
             let map = map_of(&entries);
             let asked = Cell::new(0);
             let judge = server(&map, t0, &asked);
-            let c = resolve_clock(&map, ScriptClock { lo: i64::MIN, hi: HI }, &judge);
+            let c = resolve_from_nothing(&map, &judge);
             prop_assert!(c.decided());
             for (_, e) in &entries {
                 if let Some(e) = e {
