@@ -17,7 +17,7 @@ pub struct ScanCursor {
     pub snap: Arc<Snapshot>,
     pub after: Key,
     /// For an iteration opened inside a script: what is known of the
-    /// server's frozen clock (see `commands::scan`); `None` otherwise.
+    /// server's frozen clock (see `scan::keyspace`); `None` otherwise.
     pub clock: Option<ScriptClock>,
 }
 
@@ -25,9 +25,10 @@ pub struct ScanCursor {
 /// judged expiry during the script that opened an iteration:
 /// `lo <= T0 <= hi`. `hi` is the server's cached clock at the cursor-0 call
 /// (the snapshot's instant), which a script running past
-/// `busy-reply-threshold` lets run ahead of `T0`. A key whose expiry lies
-/// in `[lo, hi)` is judged by asking the server (see `server::expiry`) while
-/// the call runs inline; the first such key found alive gives `T0` exactly.
+/// `busy-reply-threshold` lets run ahead of `T0`. The cursor-0 call,
+/// inside the script, settles it for the whole snapshot by asking the
+/// server about keys with a TTL (see `scan::keyspace::resolve_clock` and `server::expiry`),
+/// so that later pages, wherever they are served, judge as the script.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ScriptClock {
     pub lo: i64,
@@ -334,15 +335,22 @@ pub fn retained_bytes(m: &Module) -> usize {
         .saturating_sub(REAPING.load(Ordering::Relaxed))
 }
 
-/// Keeps the bytes held by old versions within `snapshot.max-retained-bytes`
-/// (0: unbounded) by ending the least recently used SNAPSHOT.SCAN
+/// The limit on bytes held by old versions now (0: none) and what decides
+/// it (see [`config::retained_limit`]).
+pub fn retained_limit(m: &Module) -> (usize, config::RetainedSource) {
+    config::retained_limit_now(m.live.live_node_bytes())
+}
+
+/// Keeps the bytes held by old versions within [`retained_limit`]
+/// (`snapshot.max-retained-bytes`, `snapshot.max-retained-percent` of the
+/// live index) by ending the least recently used SNAPSHOT.SCAN
 /// iterations. Runs on the indexer after each batch (and each 2 ms poll)
 /// and on the janitor, never on the main thread. The snapshots of the
 /// iterations it ends are dropped right here, so that the next measurement
 /// sees the memory returned: handing them to the reaper would make the
 /// bound wait on its queue (a flushed database's map can take it seconds).
 pub fn bound_retained(m: &Module) {
-    let cap = config::get(&config::MAX_RETAINED_BYTES);
+    let (cap, _) = retained_limit(m);
     if cap == 0 || retained_bytes(m) <= cap {
         return;
     }
