@@ -14,11 +14,11 @@
 //! Owns only the subscriptions (and whether the `Key` event is on).
 
 use crate::keyspace::{self, cluster, deleted, replication, tracking};
+use crate::module;
 use crate::server::entry::{guarded, keyspace_event, server_event, KeyspaceEvent, ServerEvent};
 use crate::server::locked::ServerLock;
 use crate::server::subscribe as sub;
 use crate::server::{self, Ctx};
-use crate::state;
 use redis_module::raw;
 use std::os::raw::{c_char, c_int, c_void};
 
@@ -138,7 +138,8 @@ fn key_event_during_load(ctx: Ctx, subevent: u64) {
 struct Cron;
 impl ServerEvent for Cron {
     fn on(lock: &ServerLock, ctx: Ctx, _subevent: u64, _data: *mut c_void) {
-        guarded(ctx, "cron", || keyspace::on_cron(lock, ctx));
+        let Some(m) = module::try_get() else { return };
+        guarded(ctx, "cron", || keyspace::on_cron(lock, ctx, m, &m.keyspace));
     }
 }
 
@@ -148,14 +149,13 @@ impl ServerEvent for KeyUnlinked {
         // Every SET over an existing key fires an overwrite: it only matters
         // to watched copies and running deletions, so most return here,
         // before asking the server for the key's name.
-        if subevent == raw::REDISMODULE_SUBEVENT_KEY_OVERWRITTEN
-            && !state::try_get().is_some_and(|m| m.watches.any())
-        {
+        let Some(m) = module::try_get() else { return };
+        if subevent == raw::REDISMODULE_SUBEVENT_KEY_OVERWRITTEN && !m.watches.any() {
             return;
         }
         guarded(ctx, "key unlink", || {
             server::host::with_key_event_target(data, |db, name| {
-                deleted::on_key_unlinked(lock, subevent, db, name)
+                deleted::on_key_unlinked(lock, m, &m.keyspace, subevent, db, name)
             });
         });
     }
@@ -164,8 +164,9 @@ impl ServerEvent for KeyUnlinked {
 struct AsyncLoad;
 impl ServerEvent for AsyncLoad {
     fn on(lock: &ServerLock, ctx: Ctx, subevent: u64, _data: *mut c_void) {
+        let Some(m) = module::try_get() else { return };
         guarded(ctx, "async load", || {
-            replication::on_async_load(lock, ctx, subevent)
+            replication::on_async_load(lock, ctx, m, &m.keyspace, subevent)
         });
     }
 }
@@ -173,8 +174,9 @@ impl ServerEvent for AsyncLoad {
 struct SlotMigration;
 impl ServerEvent for SlotMigration {
     fn on(_lock: &ServerLock, ctx: Ctx, subevent: u64, data: *mut c_void) {
+        let Some(m) = module::try_get() else { return };
         guarded(ctx, "slot migration", || {
-            cluster::on_slot_migration(ctx, subevent, server::host::asm_event_slots(data))
+            cluster::on_slot_migration(ctx, m, subevent, server::host::asm_event_slots(data))
         });
     }
 }
@@ -182,9 +184,11 @@ impl ServerEvent for SlotMigration {
 struct RedisSlotMigration;
 impl ServerEvent for RedisSlotMigration {
     fn on(_lock: &ServerLock, ctx: Ctx, subevent: u64, data: *mut c_void) {
+        let Some(m) = module::try_get() else { return };
         guarded(ctx, "slot migration", || {
             cluster::on_redis_slot_migration(
                 ctx,
+                m,
                 subevent,
                 server::host::redis_asm_event_slots(data),
             )
@@ -195,8 +199,14 @@ impl ServerEvent for RedisSlotMigration {
 struct RedisSlotTrim;
 impl ServerEvent for RedisSlotTrim {
     fn on(_lock: &ServerLock, ctx: Ctx, subevent: u64, data: *mut c_void) {
+        let Some(m) = module::try_get() else { return };
         guarded(ctx, "slot trim", || {
-            cluster::on_redis_slot_trim(ctx, subevent, server::host::redis_trim_event_slots(data))
+            cluster::on_redis_slot_trim(
+                ctx,
+                m,
+                subevent,
+                server::host::redis_trim_event_slots(data),
+            )
         });
     }
 }
@@ -211,8 +221,9 @@ impl KeyspaceEvent for Notification {
         key: *mut raw::RedisModuleString,
     ) {
         let _restore = keyspace::clientdb::RestoreDb::new(lock, ctx); // Valkey 8 bug, see clientdb.rs
+        let Some(m) = module::try_get() else { return };
         guarded(ctx, "keyspace event", || {
-            tracking::on_keyspace_event(lock, ctx, type_, event, key)
+            tracking::on_keyspace_event(lock, ctx, type_, event, key, m, &m.keyspace)
         });
     }
 }
@@ -220,8 +231,9 @@ impl KeyspaceEvent for Notification {
 struct FlushDb;
 impl ServerEvent for FlushDb {
     fn on(lock: &ServerLock, ctx: Ctx, subevent: u64, data: *mut c_void) {
+        let Some(m) = module::try_get() else { return };
         guarded(ctx, "flushdb", || {
-            tracking::on_flushdb(lock, subevent, data)
+            tracking::on_flushdb(lock, m, subevent, data)
         });
     }
 }
@@ -229,16 +241,18 @@ impl ServerEvent for FlushDb {
 struct SwapDb;
 impl ServerEvent for SwapDb {
     fn on(lock: &ServerLock, ctx: Ctx, _subevent: u64, data: *mut c_void) {
-        guarded(ctx, "swapdb", || tracking::on_swapdb(lock, data));
+        let Some(m) = module::try_get() else { return };
+        guarded(ctx, "swapdb", || tracking::on_swapdb(lock, m, data));
     }
 }
 
 struct Loading;
 impl ServerEvent for Loading {
     fn on(lock: &ServerLock, ctx: Ctx, subevent: u64, _data: *mut c_void) {
+        let Some(m) = module::try_get() else { return };
         guarded(ctx, "loading", || {
             key_event_during_load(ctx, subevent);
-            tracking::on_loading(lock, ctx, subevent)
+            tracking::on_loading(lock, ctx, m, &m.keyspace, subevent)
         });
     }
 }

@@ -27,11 +27,13 @@ impl Info for Section {
 }
 
 fn fill(lock: &ServerLock, ctx: InfoCtx) {
-    let Some(m) = state::try_get() else { return };
+    let Some(m) = crate::module::try_get() else {
+        return;
+    };
     if !ffi_info::add_module_section(ctx) {
         return; // section not requested
     }
-    crate::keyspace::tracking::settle(lock);
+    crate::keyspace::tracking::settle(lock, m);
     state::ensure_threads(m);
     // Never applies the log here: the figures are those of the applied
     // position, and index_backlog says how far behind (normally 0 within
@@ -125,9 +127,9 @@ fn fill(lock: &ServerLock, ctx: InfoCtx) {
     {
         field(ctx, name, v);
     }
-    let dropped = crate::keyspace::idle::dropped(lock);
+    let dropped = m.keyspace.idle.dropped(lock);
     field(ctx, "index_dropped", dropped as u64);
-    field(ctx, "index_drops", crate::keyspace::idle::drops());
+    field(ctx, "index_drops", m.keyspace.idle.drops());
     let p = backfill::progress();
     field(ctx, "backfill_in_progress", p.running as u64);
     let pct = if p.running {

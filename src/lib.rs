@@ -18,6 +18,7 @@ mod info;
 pub mod keyspace;
 #[cfg(test)]
 mod layering;
+pub mod module;
 pub mod runtime;
 pub mod scan;
 pub mod server;
@@ -26,9 +27,9 @@ pub mod state;
 pub mod unlink;
 
 #[cfg(not(test))]
-mod module {
+mod onload {
     use crate::keyspace::{backfill, cluster, replication};
-    use crate::{commands, config, events, info, server, state};
+    use crate::{commands, config, events, info, module, server, state};
     use redis_module::{redis_module, Context, RedisString, Status};
 
     fn databases(ctx: &Context) -> usize {
@@ -66,7 +67,7 @@ mod module {
         let args: Vec<&[u8]> = args.iter().map(RedisString::as_slice).collect();
         if let Err(e) = config::parse_args(&args).and_then(|given| {
             let table = (config::CONFIGS, config::PREFIX);
-            server::configs::register(ctx.ctx, table, &given, state::on_config_changed)
+            server::configs::register(ctx.ctx, table, &given, module::on_config_changed)
         }) {
             ctx.log_warning(&format!("snapscan: refusing to load: {e}"));
             return Status::Err;
@@ -82,11 +83,11 @@ mod module {
             std::sync::atomic::Ordering::Relaxed,
         );
         commands::testhook::at_load();
-        state::init(dbs, seed);
+        let m = module::init(dbs, seed);
         // Never switch a server feature off: declare what the module copes with.
         let options = cluster::module_options(ctx.ctx) | replication::module_options();
         server::host::set_module_options(ctx.ctx, options);
-        cluster::init(ctx.ctx);
+        cluster::init(ctx.ctx, m);
         crate::keyspace::clientdb::init(ctx.ctx, server::host::valkey_major(ctx.ctx));
         if let Err(e) = events::subscribe(ctx.ctx).and_then(|_| commands::register(ctx.ctx)) {
             ctx.log_warning(&format!("snapscan: {e}"));
@@ -96,15 +97,15 @@ mod module {
             ctx.log_warning(&format!("snapscan: {e}"));
             return Status::Err;
         }
-        state::start_indexer();
-        state::start_janitor();
+        state::start_indexer(m);
+        state::start_janitor(m);
         if backfill::needed(ctx.ctx, dbs) {
             server::log(
                 ctx.ctx,
                 "notice",
                 "snapscan: data present at load, building the index in the background",
             );
-            backfill::start(ctx.ctx);
+            backfill::start(ctx.ctx, m);
         }
         Status::Ok
     }

@@ -1,4 +1,9 @@
-//! The module's global state, created once in `init`.
+//! What every subsystem shares: the live index behind its operation log,
+//! the cursor registries, the collection-copy watches, the worker pool and
+//! the reaper, the figures INFO prints, and the module's own threads
+//! (indexer, janitor) with their restart. [`Shared`] is one field of the
+//! `Module` value (`module.rs`), which also owns each subsystem's state;
+//! subsystems are handed `&Shared`, never the `Module`.
 
 use crate::collections::watch::Watches;
 use crate::collections::CollCopy;
@@ -9,7 +14,7 @@ use crate::index::{Key, KeyMap, Live, Op, Snapshot, TypeNames};
 use crate::runtime::{Fault, Pool, Reaper};
 use crate::server::locked::{LockedCell, ServerLock};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// A SNAPSHOT.SCAN iteration in progress: its snapshot and where to resume.
@@ -78,7 +83,7 @@ pub struct Stats {
     pub scans_busy: AtomicU64,
 }
 
-pub struct Module {
+pub struct Shared {
     /// Live index behind its operation log (see `index::live`).
     live: Live,
     /// The index's filter as its one writer, the server-lock holder,
@@ -103,11 +108,11 @@ pub struct Module {
     pub pause_indexer: AtomicBool,
     /// One bound_retained pass at a time.
     bounding: Mutex<()>,
+    /// Bytes of the maps handed to the reaper and not yet dropped.
+    reaping: Arc<AtomicUsize>,
 }
 
-static MODULE: OnceLock<Module> = OnceLock::new();
-
-impl Module {
+impl Shared {
     /// Records a change of the keyspace (main thread or server lock held).
     pub fn push(&self, op: Op) -> u64 {
         self.live.push(op, &|maps| self.dispose_maps(maps))
@@ -214,8 +219,12 @@ impl Module {
     /// dropped them.
     pub fn dispose_maps(&self, maps: Vec<KeyMap>) {
         let bytes = maps.iter().map(KeyMap::live_bytes).sum();
-        REAPING.fetch_add(bytes, Ordering::Relaxed);
-        self.reaper.dispose(Reaping { maps, bytes });
+        self.reaping.fetch_add(bytes, Ordering::Relaxed);
+        self.reaper.dispose(Reaping {
+            maps,
+            bytes,
+            reaping: self.reaping.clone(),
+        });
     }
 
     /// Runs `job` on a worker thread, or right here if the pool cannot
@@ -269,75 +278,74 @@ impl Module {
     }
 }
 
-/// Creates the global state (idempotent).
-pub fn init(databases: usize, seed: u64) -> &'static Module {
-    crate::runtime::set_logger(log_line);
-    MODULE.get_or_init(|| Module {
-        live: Live::new(databases),
-        filter_cache: LockedCell::new(FilterCache::default()),
-        databases: databases.max(1),
-        type_names: Mutex::new(TypeNames::default()),
-        cursors: Registry::new(seed),
-        hash_cursors: Registry::new(seed.rotate_left(17) ^ 0x5eed),
-        watches: Watches::new(),
-        pool: Pool::new(
-            "snapscan-worker",
-            config::get(&config::WORKERS),
-            config::get(&config::WORKER_NICE),
-        ),
-        reaper: Reaper::new(),
-        stats: Stats::default(),
-        started: Instant::now(),
-        indexer_alive: AtomicBool::new(false),
-        janitor_alive: AtomicBool::new(false),
-        last_respawn_ms: AtomicU64::new(0),
-        pause_indexer: AtomicBool::new(false),
-        bounding: Mutex::new(()),
-    })
-}
+impl Shared {
+    /// The shared state of a module serving `databases` databases; `seed`
+    /// randomises cursor ids.
+    pub fn new(databases: usize, seed: u64) -> Shared {
+        crate::runtime::set_logger(log_line);
+        Shared {
+            live: Live::new(databases),
+            filter_cache: LockedCell::new(FilterCache::default()),
+            databases: databases.max(1),
+            type_names: Mutex::new(TypeNames::default()),
+            cursors: Registry::new(seed),
+            hash_cursors: Registry::new(seed.rotate_left(17) ^ 0x5eed),
+            watches: Watches::new(),
+            pool: Pool::new(
+                "snapscan-worker",
+                config::get(&config::WORKERS),
+                config::get(&config::WORKER_NICE),
+            ),
+            reaper: Reaper::new(),
+            stats: Stats::default(),
+            started: Instant::now(),
+            indexer_alive: AtomicBool::new(false),
+            janitor_alive: AtomicBool::new(false),
+            last_respawn_ms: AtomicU64::new(0),
+            pause_indexer: AtomicBool::new(false),
+            bounding: Mutex::new(()),
+            reaping: Arc::new(AtomicUsize::new(0)),
+        }
+    }
 
-pub fn try_get() -> Option<&'static Module> {
-    MODULE.get()
-}
-
-/// After a config changed at runtime (main thread): what acts on it.
-pub fn on_config_changed(spec: &'static config::Spec, v: i64) {
-    let Some(m) = try_get() else { return };
-    if std::ptr::eq(spec.var, &config::WORKERS) {
-        m.pool.resize(v.max(0) as usize);
-    } else if std::ptr::eq(spec.var, &config::WORKER_NICE) {
-        m.pool.set_nice(v.max(0) as usize);
+    /// After a config changed at runtime (main thread): what acts on it.
+    pub fn on_config_changed(&self, spec: &'static config::Spec, v: i64) {
+        if std::ptr::eq(spec.var, &config::WORKERS) {
+            self.pool.resize(v.max(0) as usize);
+        } else if std::ptr::eq(spec.var, &config::WORKER_NICE) {
+            self.pool.set_nice(v.max(0) as usize);
+        }
     }
 }
 
-/// Bytes of the maps handed to the reaper and not yet dropped.
-static REAPING: AtomicUsize = AtomicUsize::new(0);
-
-/// Maps on their way to the reaper (see [`Module::dispose_maps`]).
+/// Maps on their way to the reaper (see [`Shared::dispose_maps`]).
 struct Reaping {
     maps: Vec<KeyMap>,
     bytes: usize,
+    /// [`Shared::reaping`]'s counter (shared with the reaper's thread,
+    /// once per flushed or loaded dataset: not on a notification's path).
+    reaping: Arc<AtomicUsize>,
 }
 
 impl Drop for Reaping {
     fn drop(&mut self) {
         drop(std::mem::take(&mut self.maps));
-        REAPING.fetch_sub(self.bytes, Ordering::Relaxed);
+        self.reaping.fetch_sub(self.bytes, Ordering::Relaxed);
     }
 }
 
 /// Bytes of tree nodes held only by old versions (open iterations,
 /// snapshots being served or waiting for the reaper), not counting the
 /// maps of flushed databases being freed.
-pub fn retained_bytes(m: &Module) -> usize {
+pub fn retained_bytes(m: &Shared) -> usize {
     crate::index::tree::all_node_bytes()
         .saturating_sub(m.live.live_node_bytes())
-        .saturating_sub(REAPING.load(Ordering::Relaxed))
+        .saturating_sub(m.reaping.load(Ordering::Relaxed))
 }
 
 /// The limit on bytes held by old versions now (0: none) and what decides
 /// it (see [`config::retained_limit`]).
-pub fn retained_limit(m: &Module) -> (usize, config::RetainedSource) {
+pub fn retained_limit(m: &Shared) -> (usize, config::RetainedSource) {
     config::retained_limit_now(m.live.live_node_bytes())
 }
 
@@ -349,7 +357,7 @@ pub fn retained_limit(m: &Module) -> (usize, config::RetainedSource) {
 /// iterations it ends are dropped right here, so that the next measurement
 /// sees the memory returned: handing them to the reaper would make the
 /// bound wait on its queue (a flushed database's map can take it seconds).
-pub fn bound_retained(m: &Module) {
+pub fn bound_retained(m: &Shared) {
     let (cap, _) = retained_limit(m);
     if cap == 0 || retained_bytes(m) <= cap {
         return;
@@ -383,26 +391,23 @@ fn log_line(msg: &str) {
 
 /// Applies the index's operation log on its own thread, forever; a panic
 /// restarts the loop (see `pool::run_supervised`).
-pub fn start_indexer() {
-    let Some(m) = try_get() else { return };
+pub fn start_indexer(m: &'static Shared) {
     m.indexer_alive.store(true, Ordering::SeqCst);
-    let ok = crate::runtime::spawn_named("snapscan-indexer".into(), || {
-        if let Some(m) = try_get() {
-            crate::runtime::run_supervised("snapscan-indexer", &|| {
-                m.live
-                    .run_indexer(&|maps: Vec<KeyMap>| m.dispose_maps(maps), &|_| {
-                        indexer_tick(m)
-                    })
-            });
-            m.indexer_alive.store(false, Ordering::SeqCst);
-        }
+    let ok = crate::runtime::spawn_named("snapscan-indexer".into(), move || {
+        crate::runtime::run_supervised("snapscan-indexer", &|| {
+            m.live
+                .run_indexer(&|maps: Vec<KeyMap>| m.dispose_maps(maps), &|_| {
+                    indexer_tick(m)
+                })
+        });
+        m.indexer_alive.store(false, Ordering::SeqCst);
     });
     if !ok {
         m.indexer_alive.store(false, Ordering::SeqCst);
     }
 }
 
-fn indexer_tick(m: &Module) {
+fn indexer_tick(m: &Shared) {
     if crate::runtime::take_fault(Fault::Indexer) {
         panic!("injected fault (test hook)");
     }
@@ -417,11 +422,10 @@ fn indexer_tick(m: &Module) {
 /// forever, on its own thread. It touches only the cursor registry, never
 /// server state. It also bounds retained
 /// snapshot memory and restarts missing threads.
-pub fn start_janitor() {
-    let Some(m) = try_get() else { return };
+pub fn start_janitor(m: &'static Shared) {
     m.janitor_alive.store(true, Ordering::SeqCst);
-    let ok = crate::runtime::spawn_named("snapscan-janitor".into(), || {
-        if let Some(m) = try_get() {
+    let ok = crate::runtime::spawn_named("snapscan-janitor".into(), move || {
+        {
             crate::runtime::run_supervised("snapscan-janitor", &|| loop {
                 std::thread::sleep(Duration::from_millis(250));
                 if crate::runtime::take_fault(Fault::Janitor) {
@@ -449,7 +453,7 @@ pub fn start_janitor() {
 
 /// Threads of the module that are not running right now (indexer,
 /// janitor, reaper, and missing workers).
-pub fn threads_down(m: &Module) -> u64 {
+pub fn threads_down(m: &Shared) -> u64 {
     let missing_workers = m.pool.target().saturating_sub(m.pool.threads());
     u64::from(!m.indexer_alive.load(Ordering::SeqCst))
         + u64::from(!m.janitor_alive.load(Ordering::SeqCst))
@@ -460,7 +464,7 @@ pub fn threads_down(m: &Module) -> u64 {
 /// Restarts any module thread that could not be started (at most one
 /// attempt per second; cheap otherwise). Called by the janitor and, in case
 /// the janitor itself is missing, by SNAPSHOT.SCAN and INFO.
-pub fn ensure_threads(m: &Module) {
+pub fn ensure_threads(m: &'static Shared) {
     if threads_down(m) == 0 {
         return;
     }
@@ -480,9 +484,9 @@ pub fn ensure_threads(m: &Module) {
         m.pool.resize(m.pool.target());
     }
     if !m.indexer_alive.load(Ordering::SeqCst) {
-        start_indexer();
+        start_indexer(m);
     }
     if !m.janitor_alive.load(Ordering::SeqCst) {
-        start_janitor();
+        start_janitor(m);
     }
 }

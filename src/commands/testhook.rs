@@ -7,7 +7,6 @@ use crate::args::CmdError;
 use crate::runtime::{self, Fault};
 use crate::server::locked::ServerLock;
 use crate::server::{reply::Reply, Ctx};
-use crate::state;
 use std::sync::atomic::Ordering;
 
 /// Whether the test hooks are enabled (read once, at load).
@@ -31,7 +30,8 @@ pub fn at_load() {
 
 /// `SNAPSHOT.TESTHOOK PANIC indexer|janitor|reaper|worker | PAUSE-INDEXER 0|1 | FAIL-SPAWNS <n>`
 pub fn run(_lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
-    let m = state::try_get().ok_or_else(|| CmdError::msg("ERR snapscan is not initialised"))?;
+    let m =
+        crate::module::try_get().ok_or_else(|| CmdError::msg("ERR snapscan is not initialised"))?;
     let (Some(what), Some(arg)) = (args.get(1), args.get(2)) else {
         return Err(CmdError::WrongArity);
     };

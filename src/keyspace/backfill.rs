@@ -13,7 +13,7 @@ use crate::config;
 use crate::server::locked::ServerLock;
 use crate::server::thread_ctx::Detached;
 use crate::server::{self, api, keys, mainloop, scan, Ctx};
-use crate::state::{self, Module};
+use crate::state::Shared;
 use redis_module::raw;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -67,13 +67,13 @@ pub fn needed(ctx: Ctx, databases: usize) -> bool {
 }
 
 /// Starts the walk (or restarts a running one). Main thread only.
-pub fn start(ctx: Ctx) {
+pub fn start(ctx: Ctx, m: &'static Shared) {
     topology_changed();
     if RUNNING.swap(true, Ordering::SeqCst) {
         return;
     }
     RUNS.fetch_add(1, Ordering::Relaxed);
-    let Some(mut walk) = Walk::new() else {
+    let Some(mut walk) = Walk::new(m) else {
         RUNNING.store(false, Ordering::SeqCst);
         return;
     };
@@ -83,7 +83,7 @@ pub fn start(ctx: Ctx) {
         Box::new(move |lock, _ctx| {
             // Produce no faster than the indexer applies: a log growing
             // without bound would end with someone applying it in one go.
-            if state::try_get().is_some_and(|m| m.live().backlog() > MAX_PENDING) {
+            if m.live().backlog() > MAX_PENDING {
                 return mainloop::Next::After(1);
             }
             if walk.step(lock) {
@@ -102,7 +102,7 @@ const MAX_PENDING: u64 = 1 << 16;
 
 struct SliceState<'a> {
     lock: &'a ServerLock,
-    m: &'a Module,
+    m: &'a Shared,
     db: usize,
     seen: u64,
 }
@@ -129,18 +129,20 @@ struct Walk {
     cursor: scan::Cursor,
     /// A context of our own to select databases on (main thread only).
     tctx: Detached,
+    m: &'static Shared,
     db: usize,
     epoch: u64,
     restarts: u32,
 }
 
 impl Walk {
-    fn new() -> Option<Self> {
+    fn new(m: &'static Shared) -> Option<Self> {
         let cursor = scan::Cursor::new()?;
         let tctx = Detached::new()?;
         let mut w = Walk {
             cursor,
             tctx,
+            m,
             db: 0,
             epoch: 0,
             restarts: 0,
@@ -155,7 +157,7 @@ impl Walk {
         self.db = 0;
         self.cursor.restart();
         let ctx = self.tctx.ctx();
-        let databases = state::try_get().map_or(1, |m| m.databases);
+        let databases = self.m.databases;
         let total: u64 = (0..databases)
             .map(|db| {
                 server::select_db(ctx, db);
@@ -169,9 +171,10 @@ impl Walk {
     /// One slice: at most `snapshot.backfill-batch` keys or 1 ms.
     /// Returns whether more slices are needed.
     fn step(&mut self, lock: &ServerLock) -> bool {
-        let (Some(m), true) = (state::try_get(), scan::available()) else {
+        let m = self.m;
+        if !scan::available() {
             return false;
-        };
+        }
         if EPOCH.load(Ordering::SeqCst) != self.epoch {
             // Restart as often as needed: giving up would serve an
             // incomplete index as complete.

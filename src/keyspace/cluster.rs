@@ -28,7 +28,7 @@ use crate::index::Op;
 use crate::server::locked::{LockedCell, ServerLock};
 use crate::server::{self, host, Ctx};
 use crate::slot::{served_from_nodes, SlotSet};
-use crate::state;
+use crate::state::Shared;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -129,7 +129,7 @@ pub fn module_options(ctx: Ctx) -> std::os::raw::c_int {
 }
 
 /// Detects cluster mode and reads the served slots (OnLoad).
-pub fn init(ctx: Ctx) {
+pub fn init(ctx: Ctx, m: &Shared) {
     if host::cluster_mode(ctx) {
         CLUSTER.store(true, Ordering::Relaxed);
         HIDES_UNOWNED.store(host::has_redis_slot_migration(), Ordering::Relaxed);
@@ -137,44 +137,44 @@ pub fn init(ctx: Ctx) {
             use std::os::unix::ffi::OsStrExt;
             let _ = CONFIG_FILE.set(PathBuf::from(std::ffi::OsStr::from_bytes(&name)));
         }
-        refresh(ctx);
+        refresh(ctx, m);
     }
 }
 
 /// The slots a snapshot opened now shows: `None` (every key) outside
 /// cluster mode, or where nothing is hidden. Main thread.
-pub fn visible_slots(ctx: Ctx) -> Option<Arc<SlotSet>> {
+pub fn visible_slots(ctx: Ctx, m: &Shared) -> Option<Arc<SlotSet>> {
     if !enabled() {
         return None;
     }
-    catch_up(ctx);
+    catch_up(ctx, m);
     with_view(|v| v.visible.clone())
 }
 
 /// The slots this node owns now (see `View::owned`): `None` outside
 /// cluster mode or before the first refresh. Main thread.
-pub fn owned_slots(ctx: Ctx) -> Option<Arc<SlotSet>> {
+pub fn owned_slots(ctx: Ctx, m: &Shared) -> Option<Arc<SlotSet>> {
     if !enabled() {
         return None;
     }
-    catch_up(ctx);
+    catch_up(ctx, m);
     with_view(|v| v.owned.clone())
 }
 
 /// Re-reads `CLUSTER NODES` if the cluster configuration file changed since
 /// the last read; true if it did. Main thread.
-fn catch_up(ctx: Ctx) -> bool {
+fn catch_up(ctx: Ctx, m: &Shared) -> bool {
     let now = config_stamp();
     if now.is_none() || with_view(|v| v.stamp == now) {
         return false;
     }
-    refresh(ctx);
+    refresh(ctx, m);
     true
 }
 
 /// Re-reads the served slots from `CLUSTER NODES`; slots no longer served
 /// are purged from the index. Main thread.
-pub fn refresh(ctx: Ctx) {
+pub fn refresh(ctx: Ctx, m: &Shared) {
     if !enabled() {
         return;
     }
@@ -207,12 +207,11 @@ pub fn refresh(ctx: Ctx) {
         lost
     });
     if let Some(lost) = lost.filter(|l| !l.is_empty()) {
-        purge(ctx, lost, "taken by another node");
+        purge(ctx, m, lost, "taken by another node");
     }
 }
 
-fn purge(ctx: Ctx, slots: SlotSet, why: &str) {
-    let Some(m) = state::try_get() else { return };
+fn purge(ctx: Ctx, m: &Shared, slots: SlotSet, why: &str) {
     server::log(
         ctx,
         "verbose",
@@ -250,40 +249,40 @@ pub fn refresh_pause(cost: Duration) -> Duration {
 
 /// Server cron tick (`CronLoop` event): a refresh if the configuration
 /// file changed, else the paced safety net.
-pub fn on_cron(lock: &ServerLock, ctx: Ctx) {
+pub fn on_cron(lock: &ServerLock, ctx: Ctx, m: &Shared) {
     if !enabled() {
         return;
     }
     let now = Instant::now();
-    if catch_up(ctx) || NEXT_REFRESH.get(lock).is_some_and(|next| now < next) {
+    if catch_up(ctx, m) || NEXT_REFRESH.get(lock).is_some_and(|next| now < next) {
         return;
     }
     let cpu = server::deletion::thread_cpu_us();
-    refresh(ctx);
+    refresh(ctx, m);
     let cost = Duration::from_micros(server::deletion::thread_cpu_us().saturating_sub(cpu));
     NEXT_REFRESH.replace(lock, Some(now + refresh_pause(cost)));
 }
 
 /// An atomic-slot-migration event (Valkey 9+) about `slots`.
-pub fn on_slot_migration(ctx: Ctx, subevent: u64, slots: SlotSet) {
+pub fn on_slot_migration(ctx: Ctx, m: &Shared, subevent: u64, slots: SlotSet) {
     match subevent {
         host::ASM_IMPORT_STARTED => import_started(slots),
         host::ASM_IMPORT_COMPLETED => import_completed(slots),
-        host::ASM_IMPORT_ABORTED => import_aborted(ctx, slots, true),
-        host::ASM_EXPORT_COMPLETED => refresh(ctx),
+        host::ASM_IMPORT_ABORTED => import_aborted(ctx, m, slots, true),
+        host::ASM_EXPORT_COMPLETED => refresh(ctx, m),
         _ => {}
     }
 }
 
 /// A slot-migration event (Redis 8.4+) about `slots`.
-pub fn on_redis_slot_migration(ctx: Ctx, subevent: u64, slots: SlotSet) {
+pub fn on_redis_slot_migration(ctx: Ctx, m: &Shared, subevent: u64, slots: SlotSet) {
     match subevent {
         host::REDIS_ASM_IMPORT_STARTED => import_started(slots),
         host::REDIS_ASM_IMPORT_COMPLETED => import_completed(slots),
         // The server trims what the import brought (a trim event follows,
         // which purges): no second walk of the index.
-        host::REDIS_ASM_IMPORT_FAILED => import_aborted(ctx, slots, false),
-        host::REDIS_ASM_MIGRATE_COMPLETED => gone(ctx, slots, "migrated away"),
+        host::REDIS_ASM_IMPORT_FAILED => import_aborted(ctx, m, slots, false),
+        host::REDIS_ASM_MIGRATE_COMPLETED => gone(ctx, m, slots, "migrated away"),
         _ => {}
     }
 }
@@ -292,12 +291,12 @@ pub fn on_redis_slot_migration(ctx: Ctx, subevent: u64, slots: SlotSet) {
 /// this node does not serve, either key by key (`key_trimmed`
 /// notifications, which the module does not ask for) or in the background
 /// without any notification. Either way they leave the index now.
-pub fn on_redis_slot_trim(ctx: Ctx, subevent: u64, slots: SlotSet) {
+pub fn on_redis_slot_trim(ctx: Ctx, m: &Shared, subevent: u64, slots: SlotSet) {
     if matches!(
         subevent,
         host::REDIS_TRIM_STARTED | host::REDIS_TRIM_BACKGROUND
     ) {
-        gone(ctx, slots, "trimmed by the server");
+        gone(ctx, m, slots, "trimmed by the server");
     }
 }
 
@@ -328,7 +327,7 @@ fn import_completed(slots: SlotSet) {
 
 /// An import that will not complete: its slots are no longer hidden as
 /// importing; those the node does not serve are purged if `purge`.
-fn import_aborted(ctx: Ctx, slots: SlotSet, purge_unserved: bool) {
+fn import_aborted(ctx: Ctx, m: &Shared, slots: SlotSet, purge_unserved: bool) {
     if !enabled() {
         return;
     }
@@ -338,13 +337,13 @@ fn import_aborted(ctx: Ctx, slots: SlotSet, purge_unserved: bool) {
         slots.minus(v.served.as_ref().unwrap_or(&SlotSet::new()))
     });
     if purge_unserved && !gone.is_empty() {
-        purge(ctx, gone, "import cancelled");
+        purge(ctx, m, gone, "import cancelled");
     }
 }
 
 /// `slots` are no longer this node's (migrated away, or trimmed): hidden at
 /// once and purged from the index.
-fn gone(ctx: Ctx, slots: SlotSet, why: &str) {
+fn gone(ctx: Ctx, m: &Shared, slots: SlotSet, why: &str) {
     if !enabled() || slots.is_empty() {
         return;
     }
@@ -358,7 +357,7 @@ fn gone(ctx: Ctx, slots: SlotSet, why: &str) {
         }
         v.recompute();
     });
-    purge(ctx, slots, why);
+    purge(ctx, m, slots, why);
 }
 
 #[cfg(test)]

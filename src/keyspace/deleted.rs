@@ -10,7 +10,7 @@
 use super::replication;
 use crate::index::{Key, Op};
 use crate::server::locked::{LockedCell, ServerLock};
-use crate::state;
+use crate::state::Shared;
 use redis_module::raw;
 
 /// The last key whose deletion was logged by a `Key` event or by a
@@ -34,13 +34,7 @@ pub fn take_gone(lock: &ServerLock, db: usize, name: &[u8]) -> bool {
 
 /// Logs that `name` in `db` is gone, unless the other event of the same
 /// deletion just did (`already`), and remembers it for that other event.
-pub fn log_gone(
-    lock: &ServerLock,
-    m: &crate::state::Module,
-    db: usize,
-    name: &[u8],
-    already: bool,
-) {
+pub fn log_gone(lock: &ServerLock, m: &Shared, db: usize, name: &[u8], already: bool) {
     if already {
         return;
     }
@@ -50,13 +44,19 @@ pub fn log_gone(
 }
 
 /// A `Key` server event about `name` in `db`.
-pub fn on_key_unlinked(lock: &ServerLock, subevent: u64, db: usize, name: &[u8]) {
+pub fn on_key_unlinked(
+    lock: &ServerLock,
+    m: &Shared,
+    ks: &super::Keyspace,
+    subevent: u64,
+    db: usize,
+    name: &[u8],
+) {
     // A replica's async load discards keys of its temporary database.
     if replication::async_loading() {
         return;
     }
-    let Some(m) = state::try_get() else { return };
-    if crate::keyspace::idle::dropped(lock) {
+    if ks.idle.dropped(lock) {
         return m.watches.bump(db, name); // no index to keep
     }
     let already = take_gone(lock, db, name);

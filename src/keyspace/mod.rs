@@ -8,7 +8,11 @@
 //! dropping the index while idle (and forgetting what the notifications
 //! kept for it), rebuilding it when a call needs it.
 //!
-//! May touch: the index (through `state`), the server layer, the config;
+//! Owns [`Keyspace`], the state of these subsystems (one struct each), a
+//! field of the `Module` value: its entry points are handed it with the
+//! shared state (`&Shared`) by the event router and the command handlers.
+//!
+//! May touch: the shared state (`state`), the server layer, the config;
 //! never the command handlers nor the event router above it.
 
 pub mod backfill;
@@ -22,20 +26,24 @@ pub mod tracking;
 use crate::index::Op;
 use crate::server::locked::ServerLock;
 use crate::server::Ctx;
-use crate::state::Module;
+use crate::state::Shared;
+
+/// The state of keeping the index true, one struct per subsystem.
+#[derive(Default)]
+pub struct Keyspace {
+    /// Dropping the index while unused.
+    pub idle: idle::Idle,
+}
 
 /// The server's cron tick (main thread): the cluster view's refresh and
 /// the idle drop of the index.
-pub fn on_cron(lock: &ServerLock, ctx: Ctx) {
-    cluster::on_cron(lock, ctx);
-    let Some(m) = crate::state::try_get() else {
-        return;
-    };
-    match idle::on_cron(lock, m, backfill::progress().running) {
+pub fn on_cron(lock: &ServerLock, ctx: Ctx, m: &'static Shared, ks: &'static Keyspace) {
+    cluster::on_cron(lock, ctx, m);
+    match ks.idle.on_cron(lock, m, backfill::progress().running) {
         idle::Tick::Nothing => {}
-        idle::Tick::Drop => drop_index(lock, ctx, m),
+        idle::Tick::Drop => drop_index(lock, ctx, m, ks),
         idle::Tick::Rebuild => {
-            rebuild_index(lock, ctx, m);
+            rebuild_index(lock, ctx, m, ks);
         }
     }
 }
@@ -43,8 +51,14 @@ pub fn on_cron(lock: &ServerLock, ctx: Ctx) {
 /// A SNAPSHOT.SCAN or SNAPSHOT.UNLINK call: the index is in use. If it
 /// was dropped and the call needs it (`opening` a snapshot), its rebuild
 /// starts here; `Err` if it cannot start (the index stays dropped).
-pub fn in_use(lock: &ServerLock, ctx: Ctx, m: &Module, opening: bool) -> Result<(), &'static str> {
-    if idle::note_use(lock, m) && opening && !rebuild_index(lock, ctx, m) {
+pub fn in_use(
+    lock: &ServerLock,
+    ctx: Ctx,
+    m: &'static Shared,
+    ks: &'static Keyspace,
+    opening: bool,
+) -> Result<(), &'static str> {
+    if ks.idle.note_use(lock, m) && opening && !rebuild_index(lock, ctx, m, ks) {
         return Err("ERR snapscan: the index was dropped for want of scans and its rebuild could not start; retry later");
     }
     Ok(())
@@ -53,8 +67,8 @@ pub fn in_use(lock: &ServerLock, ctx: Ctx, m: &Module, opening: bool) -> Result<
 /// Drops the index while nobody scans: what the notifications kept between
 /// two events of one command belongs to the index and is forgotten with it,
 /// and the indexer frees the trees (open iterations keep their snapshots).
-fn drop_index(lock: &ServerLock, ctx: Ctx, m: &Module) {
-    idle::mark_dropped(lock);
+fn drop_index(lock: &ServerLock, ctx: Ctx, m: &Shared, ks: &Keyspace) {
+    ks.idle.mark_dropped(lock);
     tracking::forget_pending(lock);
     deleted::forget_gone(lock);
     m.push(Op::FlushAll);
@@ -68,9 +82,9 @@ fn drop_index(lock: &ServerLock, ctx: Ctx, m: &Module) {
 /// Starts rebuilding a dropped index; false if the walk could not start
 /// (then the index stays dropped: an empty index must not be served as
 /// complete).
-fn rebuild_index(lock: &ServerLock, ctx: Ctx, m: &Module) -> bool {
+fn rebuild_index(lock: &ServerLock, ctx: Ctx, m: &'static Shared, ks: &Keyspace) -> bool {
     if backfill::needed(ctx, m.databases) {
-        backfill::start(ctx);
+        backfill::start(ctx, m);
         if !backfill::progress().running {
             crate::server::log(
                 ctx,
@@ -80,7 +94,7 @@ fn rebuild_index(lock: &ServerLock, ctx: Ctx, m: &Module) -> bool {
             return false;
         }
     }
-    idle::mark_rebuilt(lock, m);
+    ks.idle.mark_rebuilt(lock, m);
     crate::server::log(ctx, "notice", "snapscan: rebuilding the index");
     true
 }

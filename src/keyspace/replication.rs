@@ -16,7 +16,7 @@
 use super::backfill;
 use crate::index::Op;
 use crate::server::{self, Ctx};
-use crate::state;
+use crate::state::Shared;
 use redis_module::raw;
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -49,7 +49,13 @@ pub fn owns_failed_load() -> bool {
 }
 
 /// A `ReplAsyncLoad` server event.
-pub fn on_async_load(lock: &crate::server::locked::ServerLock, ctx: Ctx, subevent: u64) {
+pub fn on_async_load(
+    lock: &crate::server::locked::ServerLock,
+    ctx: Ctx,
+    m: &'static Shared,
+    ks: &super::Keyspace,
+    subevent: u64,
+) {
     match subevent {
         raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_STARTED => {
             server::log(
@@ -63,7 +69,6 @@ pub fn on_async_load(lock: &crate::server::locked::ServerLock, ctx: Ctx, subeven
         }
         raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_COMPLETED => {
             ASYNC_LOADING.store(false, Ordering::SeqCst);
-            let Some(m) = state::try_get() else { return };
             server::log(
                 ctx,
                 "notice",
@@ -72,8 +77,8 @@ pub fn on_async_load(lock: &crate::server::locked::ServerLock, ctx: Ctx, subeven
             m.watches.bump_all();
             m.push(Op::FlushAll);
             // A dropped index is rebuilt at its next use instead.
-            if !super::idle::dropped(lock) {
-                backfill::start(ctx);
+            if !ks.idle.dropped(lock) {
+                backfill::start(ctx, m);
             }
         }
         raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_ABORTED => {

@@ -14,13 +14,13 @@
 //! index build, `backfill`). May touch: the index (through `state`), the
 //! server layer, and the other keyspace subsystems.
 
-use super::{backfill, deleted, idle, replication};
+use super::{backfill, deleted, replication};
 use crate::index::{Key, Meta, Op, TypeNames};
 use crate::server::locked::{LockedCell, ServerLock};
 use crate::server::subscribe::{self as sub, event_name};
 use crate::server::thread_ctx::Detached;
 use crate::server::{self, keys, Ctx};
-use crate::state::{self, Module};
+use crate::state::Shared;
 use redis_module::raw;
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::atomic::Ordering;
@@ -56,9 +56,8 @@ pub fn forget_pending(lock: &ServerLock) {
 /// Reads the pending new key, if any, in every database (a SWAPDB or a
 /// flush may have happened since its event). Call it under the server lock
 /// only (command handlers, INFO, server events).
-pub fn settle(lock: &ServerLock) {
-    let pending = PENDING_NEW.take(lock);
-    if let (Some(p), Some(m)) = (pending, state::try_get()) {
+pub fn settle(lock: &ServerLock, m: &Shared) {
+    if let Some(p) = PENDING_NEW.take(lock) {
         refresh_everywhere(lock, m, p.key.as_bytes());
     }
 }
@@ -68,7 +67,7 @@ pub fn settle(lock: &ServerLock) {
 /// before the command that fired the event. Otherwise reads the pending key
 /// in its database, and returns `name`'s hash, its filter block and
 /// recent-truth slot prefetched (see [`Module::prefetch_truth`]).
-fn claim_pending(lock: &ServerLock, m: &Module, db: usize, name: &[u8]) -> (Option<Key>, u64) {
+fn claim_pending(lock: &ServerLock, m: &Shared, db: usize, name: &[u8]) -> (Option<Key>, u64) {
     let Some(p) = PENDING_NEW.take(lock) else {
         return (None, m.prefetch_truth(db, name));
     };
@@ -107,7 +106,7 @@ pub fn to_meta(found: keys::Found, names: &mut TypeNames) -> Meta {
 
 /// Records what the server says about `key` in `db` (`found`). The module
 /// type names are locked only for keys of module types.
-pub fn apply(lock: &ServerLock, m: &Module, db: usize, key: &[u8], found: Option<keys::Found>) {
+pub fn apply(lock: &ServerLock, m: &Shared, db: usize, key: &[u8], found: Option<keys::Found>) {
     let hash = crate::index::filter::hash(key);
     record(lock, m, db, (key, None), hash, found, false);
 }
@@ -118,7 +117,7 @@ pub fn apply(lock: &ServerLock, m: &Module, db: usize, key: &[u8], found: Option
 /// key already copied, to be logged as is.
 fn record(
     lock: &ServerLock,
-    m: &Module,
+    m: &Shared,
     db: usize,
     key: (&[u8], Option<Key>),
     hash: u64,
@@ -134,7 +133,7 @@ fn record(
 
 /// Logs that the key `name` (copied as `key`, hashed as `hash`) in `db`,
 /// which the running command created, is a string without expiry.
-fn record_plain(lock: &ServerLock, m: &Module, db: usize, (name, key): (&[u8], Key), hash: u64) {
+fn record_plain(lock: &ServerLock, m: &Shared, db: usize, (name, key): (&[u8], Key), hash: u64) {
     let plain = Meta::plain(crate::index::meta::STRING);
     m.push_truth(lock, db, (name, Some(key)), hash, Some(plain), false);
 }
@@ -142,7 +141,7 @@ fn record_plain(lock: &ServerLock, m: &Module, db: usize, (name, key): (&[u8], K
 /// Re-reads `key` in every database through the probe context (MOVE and
 /// COPY ... DB: some servers fire them from a context selected on another
 /// database than the key's).
-fn refresh_everywhere(lock: &ServerLock, m: &Module, key: &[u8]) {
+fn refresh_everywhere(lock: &ServerLock, m: &Shared, key: &[u8]) {
     let guard = PROBE.lock().unwrap_or_else(|e| e.into_inner());
     let Some(probe) = guard.as_ref() else { return };
     let ctx = probe.ctx();
@@ -163,9 +162,10 @@ pub fn on_keyspace_event(
     type_: c_int,
     event: *const c_char,
     key: *mut raw::RedisModuleString,
+    m: &Shared,
+    ks: &super::Keyspace,
 ) {
-    let Some(m) = state::try_get() else { return };
-    if idle::dropped(lock) {
+    if ks.idle.dropped(lock) {
         // No index to keep: only running copies and deletions watch keys.
         if m.watches.any() {
             let name = server::string_bytes(key);
@@ -243,8 +243,7 @@ pub fn on_keyspace_event(
 }
 
 /// The FlushDB event.
-pub fn on_flushdb(lock: &ServerLock, subevent: u64, data: *mut c_void) {
-    let Some(m) = state::try_get() else { return };
+pub fn on_flushdb(lock: &ServerLock, m: &Shared, subevent: u64, data: *mut c_void) {
     if subevent != raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
         return;
     }
@@ -258,12 +257,11 @@ pub fn on_flushdb(lock: &ServerLock, subevent: u64, data: *mut c_void) {
         Op::Flush(dbnum as usize)
     });
     // A pending new key is read as things are now, after the flush.
-    settle(lock);
+    settle(lock, m);
 }
 
 /// The SwapDB event.
-pub fn on_swapdb(lock: &ServerLock, data: *mut c_void) {
-    let Some(m) = state::try_get() else { return };
+pub fn on_swapdb(lock: &ServerLock, m: &Shared, data: *mut c_void) {
     let Some((first, second)) = sub::swapdb_dbs(data) else {
         return;
     };
@@ -273,14 +271,19 @@ pub fn on_swapdb(lock: &ServerLock, data: *mut c_void) {
     let (a, b) = (first as usize, second as usize);
     m.push(Op::Swap(a, b));
     // A pending new key is read as things are now, after the swap.
-    settle(lock);
+    settle(lock, m);
     m.watches.bump_all();
     backfill::topology_changed();
 }
 
 /// The Loading event (the `Key` event's part is the router's).
-pub fn on_loading(lock: &ServerLock, ctx: Ctx, subevent: u64) {
-    let Some(m) = state::try_get() else { return };
+pub fn on_loading(
+    lock: &ServerLock,
+    ctx: Ctx,
+    m: &'static Shared,
+    ks: &super::Keyspace,
+    subevent: u64,
+) {
     match subevent {
         raw::REDISMODULE_SUBEVENT_LOADING_RDB_START
         | raw::REDISMODULE_SUBEVENT_LOADING_AOF_START
@@ -300,8 +303,8 @@ pub fn on_loading(lock: &ServerLock, ctx: Ctx, subevent: u64) {
             // index is dropped: its next use rebuilds it).
             m.push(Op::FlushAll);
             m.watches.bump_all();
-            if !idle::dropped(lock) {
-                backfill::start(ctx);
+            if !ks.idle.dropped(lock) {
+                backfill::start(ctx, m);
             }
         }
         _ => {}

@@ -12,7 +12,7 @@ use crate::index::meta::{TypeId, HASH, SET, ZSET};
 use crate::server::collcopy::{self, CopyError, KeyCursor};
 use crate::server::thread_ctx::Detached;
 use crate::server::{self, blocked::BlockedReply, keys, mainloop, reply::Reply, Ctx};
-use crate::state::{self, HashCursor, Module};
+use crate::state::{HashCursor, Shared};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -53,7 +53,7 @@ struct PageSpec {
 
 /// One call: who asks for which page of which key's copy.
 struct Call {
-    m: &'static Module,
+    m: &'static Shared,
     db: usize,
     key: Box<[u8]>,
     kind: Kind,
@@ -96,7 +96,8 @@ pub fn run(ctx: Ctx, args: &[&[u8]], kind: Kind) -> Result<(), CmdError> {
         return Err(CmdError::WrongArity);
     }
     let key = args[1];
-    let m = state::try_get().ok_or_else(|| CmdError::msg("ERR snapscan is not initialised"))?;
+    let m =
+        crate::module::try_get().ok_or_else(|| CmdError::msg("ERR snapscan is not initialised"))?;
     // The native order: the cursor, then (cursor 0) the key, a missing one
     // answering the empty reply and one of another type WRONGTYPE whatever
     // the options, and only then the options. A continuation is served from
@@ -108,7 +109,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]], kind: Kind) -> Result<(), CmdError> {
             .ok_or_else(|| CmdError::msg("ERR snapscan: out of memory"))?;
         match keys::probe(ctx, name.ptr()) {
             None => {
-                Module::bump(&m.stats.hash_scans, 1);
+                Shared::bump(&m.stats.hash_scans, 1);
                 write_empty(&Reply::new(ctx));
                 return Ok(());
             }
@@ -141,7 +142,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]], kind: Kind) -> Result<(), CmdError> {
         },
         inline: server::blocking_denied(ctx),
     };
-    Module::bump(&m.stats.hash_scans, 1);
+    Shared::bump(&m.stats.hash_scans, 1);
     let Some(name) = name else {
         let e = call.take_cursor(cursor)?;
         call.answer(ctx, Source::Ready(e.value.copy), e.value.pos, e.pages);
@@ -337,7 +338,7 @@ impl Call {
         if !complete {
             return None;
         }
-        Module::bump(&self.m.stats.scans_small, 1);
+        Shared::bump(&self.m.stats.scans_small, 1);
         Some(self.register(copy.clone(), page, pages))
     }
 
@@ -404,7 +405,7 @@ impl CopyTask {
         let expired_meanwhile = p.valid_until.is_some_and(|t| server::now_ms() >= t);
         let mut fallback = false;
         if expired_meanwhile || p.guard.changed() {
-            Module::bump(&m.stats.hash_copy_retries, 1);
+            Shared::bump(&m.stats.hash_copy_retries, 1);
             self.retries += 1;
             p.builder.clear();
             p.cursor.restart();
@@ -418,7 +419,7 @@ impl CopyTask {
             fallback = self.retries > MAX_RETRIES || stale || ttl == TtlGuard::OneHold;
         }
         let result = if fallback {
-            Module::bump(&m.stats.hash_copy_fallbacks, 1);
+            Shared::bump(&m.stats.hash_copy_fallbacks, 1);
             p.cursor.to_end(ctx, key, &mut p.builder).map(|_| false)
         } else {
             let batch = config::get(&config::HASH_COPY_BATCH).max(1);
@@ -520,7 +521,7 @@ fn ttl_guard(ctx: Ctx, name: &server::OwnedString, db: usize, kind: Kind) -> Ttl
     }
 }
 
-fn record_hold(m: &Module, started: Instant) {
+fn record_hold(m: &Shared, started: Instant) {
     server::latency::report(server::latency::Event::Copy, started);
     let us = started.elapsed().as_micros() as u64;
     m.stats
@@ -563,7 +564,7 @@ fn write_page(r: &Reply, next: u64, copy: &CollCopy, items: &[usize], pairs: boo
 
 /// Collection snapshot figures for INFO (all three commands; the names
 /// predate sets and sorted sets).
-pub fn info_figures(m: &Module) -> [(&'static str, u64); 8] {
+pub fn info_figures(m: &Shared) -> [(&'static str, u64); 8] {
     [
         ("hash_snapshots_open", m.watches.budget.copies_open() as u64),
         ("hash_snapshot_bytes", m.watches.budget.bytes_held() as u64),

@@ -11,7 +11,7 @@ use crate::keyspace::backfill;
 use crate::server::expiry::Verdict;
 use crate::server::locked::ServerLock;
 use crate::server::{self, blocked::BlockedReply, reply::Reply, Ctx};
-use crate::state::{self, Module, ScanCursor};
+use crate::state::{self, ScanCursor, Shared};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -98,11 +98,12 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> 
             noscores: false,
         },
     )?;
-    let m = state::try_get().ok_or_else(|| CmdError::msg("ERR snapscan is not initialised"))?;
+    let m =
+        crate::module::try_get().ok_or_else(|| CmdError::msg("ERR snapscan is not initialised"))?;
     state::ensure_threads(m);
-    crate::keyspace::tracking::settle(lock);
+    crate::keyspace::tracking::settle(lock, m);
     // Only opening needs the index: a continuation reads its snapshot.
-    crate::keyspace::in_use(lock, ctx, m, cursor == 0).map_err(CmdError::msg)?;
+    crate::keyspace::in_use(lock, ctx, m, &m.keyspace, cursor == 0).map_err(CmdError::msg)?;
     if cursor == 0 {
         index_ready()?;
     }
@@ -117,7 +118,7 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> 
     };
     let db = server::selected_db(ctx);
     let start = if cursor == 0 {
-        Module::bump(&m.stats.snapshots_opened, 1);
+        Shared::bump(&m.stats.snapshots_opened, 1);
         let at = server::command_time_ms();
         let clock =
             (server::in_script(ctx) && server::expiry::supported()).then_some(ScriptClock {
@@ -125,7 +126,7 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> 
                 hi: at,
             });
         Start::Open(
-            m.open_in(db, at, crate::keyspace::cluster::visible_slots(ctx)),
+            m.open_in(db, at, crate::keyspace::cluster::visible_slots(ctx, m)),
             clock,
         )
     } else {
@@ -159,13 +160,13 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> 
         count: opts.count.unwrap_or(DEFAULT_COUNT),
         budget: config::get(&config::SCAN_BUDGET),
     };
-    Module::bump(&m.stats.scans, 1);
+    Shared::bump(&m.stats.scans, 1);
     let (blocked, start) = if server::blocking_denied(ctx) || m.pool.threads() == 0 {
         (None, start)
     } else {
         match small_page(m, start, &spec) {
             Ok((next, keys)) => {
-                Module::bump(&m.stats.scans_small, 1);
+                Shared::bump(&m.stats.scans_small, 1);
                 write_page(&Reply::new(ctx), next, &keys);
                 return Ok(());
             }
@@ -181,7 +182,7 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> 
             m.on_worker(job);
         }
         None => {
-            Module::bump(&m.stats.scans_sync, 1);
+            Shared::bump(&m.stats.scans_sync, 1);
             let (next, keys) = serve_inline(ctx, m, start, &spec)?;
             write_page(&Reply::new(ctx), next, &keys);
         }
@@ -206,7 +207,7 @@ pub(crate) fn index_ready() -> Result<(), CmdError> {
 /// Computes one page and registers the continuation. Returns the next
 /// cursor (0 when done) and the keys. Runs on a worker, without the server
 /// lock.
-fn serve(m: &'static Module, start: Start, spec: &ScanSpec) -> (u64, Vec<Key>) {
+fn serve(m: &'static Shared, start: Start, spec: &ScanSpec) -> (u64, Vec<Key>) {
     let (snap, after, pages, clock) = match start {
         Start::Open(req, clock) => (m.snapshot(&req), None, 0, clock),
         Start::At {
@@ -226,7 +227,7 @@ fn serve(m: &'static Module, start: Start, spec: &ScanSpec) -> (u64, Vec<Key>) {
 /// frozen clock decides are judged by the server.
 fn serve_inline(
     ctx: Ctx,
-    m: &'static Module,
+    m: &'static Shared,
     start: Start,
     spec: &ScanSpec,
 ) -> Result<(u64, Vec<Key>), CmdError> {
@@ -234,7 +235,7 @@ fn serve_inline(
         Start::Open(req, clock) => match m.snapshot_within(&req, INLINE_TAKE_BUDGET) {
             Some(snap) => (snap, None, 0, clock),
             None => {
-                Module::bump(&m.stats.scans_busy, 1);
+                Shared::bump(&m.stats.scans_busy, 1);
                 return Err(CmdError::msg(format!(
                     "TRYAGAIN snapscan: the index has {} recorded changes still to apply, more than a call that cannot block (MULTI, scripts, functions) may apply on the main thread; retry shortly",
                     m.live().backlog()
@@ -354,7 +355,7 @@ pub(crate) const INLINE_APPLY_MAX: usize = 16;
 /// most [`INLINE_APPLY_MAX`] log operations to apply, the index not busy). Otherwise
 /// gives the start back for a worker; the walk done here, bounded by the
 /// same limit, is then thrown away.
-fn small_page(m: &'static Module, start: Start, spec: &ScanSpec) -> Result<(u64, Vec<Key>), Start> {
+fn small_page(m: &'static Shared, start: Start, spec: &ScanSpec) -> Result<(u64, Vec<Key>), Start> {
     let limit = config::get(&config::INLINE_ENTRIES);
     if spec.count > limit {
         return Err(start);
@@ -393,14 +394,14 @@ fn small_page(m: &'static Module, start: Start, spec: &ScanSpec) -> Result<(u64,
 /// Counts a page and registers its continuation: the next cursor (0 when
 /// the iteration is complete) and the keys.
 fn finish(
-    m: &'static Module,
+    m: &'static Shared,
     snap: Arc<Snapshot>,
     pages: u64,
     page: Page,
     clock: Option<ScriptClock>,
 ) -> (u64, Vec<Key>) {
-    Module::bump(&m.stats.entries_examined, page.examined as u64);
-    Module::bump(&m.stats.keys_returned, page.keys.len() as u64);
+    Shared::bump(&m.stats.entries_examined, page.examined as u64);
+    Shared::bump(&m.stats.keys_returned, page.keys.len() as u64);
     let next = match page.resume_after {
         None => {
             // May be the last owner of a flushed database's map: free it

@@ -54,6 +54,12 @@ impl<T> LockedCell<T> {
     }
 }
 
+impl<T: Default> Default for LockedCell<T> {
+    fn default() -> Self {
+        LockedCell::new(T::default())
+    }
+}
+
 impl<T: Copy> LockedCell<T> {
     /// A copy of the value.
     #[inline]

@@ -15,7 +15,7 @@ use crate::server::deletion::{self as deletion, User};
 use crate::server::locked::ServerLock;
 use crate::server::reply::Reply;
 use crate::server::{self, blocked::BlockedReply, keys, mainloop, Ctx, OwnedString};
-use crate::state::{self, Module};
+use crate::state::Shared;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, TryRecvError};
@@ -98,12 +98,13 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> 
             return Err(CmdError::msg(SYNTAX));
         }
     }
-    let m = state::try_get().ok_or_else(|| CmdError::msg("ERR snapscan is not initialised"))?;
+    let m =
+        crate::module::try_get().ok_or_else(|| CmdError::msg("ERR snapscan is not initialised"))?;
     if server::blocking_denied(ctx) {
         return Err(CmdError::msg(IN_TRANSACTION));
     }
-    crate::keyspace::tracking::settle(lock);
-    crate::keyspace::in_use(lock, ctx, m, true).map_err(CmdError::msg)?;
+    crate::keyspace::tracking::settle(lock, m);
+    crate::keyspace::in_use(lock, ctx, m, &m.keyspace, true).map_err(CmdError::msg)?;
     crate::scan::keyspace::index_ready()?;
     let type_filter = match type_name {
         None => None,
@@ -125,7 +126,7 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> 
     // The instant: the snapshot and the record of later writes start here.
     let req = m.open(db, server::command_time_ms());
     let tracking = m.watches.touched.track(db, pattern.clone());
-    Module::bump(&m.watches.touched.stats.calls, 1);
+    Shared::bump(&m.watches.touched.stats.calls, 1);
     let spec = ScanSpec {
         pattern: Some(pattern),
         type_filter,
@@ -196,7 +197,7 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> 
 /// walk ends within `snapshot.inline-entries` entries. Otherwise the
 /// snapshot if it was had (the worker starts from it), else `None`.
 fn small_match(
-    m: &'static Module,
+    m: &'static Shared,
     req: &OpenRequest,
     spec: &ScanSpec,
 ) -> Result<Vec<Key>, Option<Arc<Snapshot>>> {
@@ -222,7 +223,7 @@ fn small_match(
 
 /// The main-thread half of one call.
 struct Task {
-    m: &'static Module,
+    m: &'static Shared,
     db: usize,
     user: Vec<u8>,
     dryrun: bool,
@@ -248,9 +249,9 @@ impl Task {
         stats
             .longest_slice_cpu_us
             .fetch_max(cpu_us, Ordering::Relaxed);
-        Module::bump(&stats.slices, 1);
+        Shared::bump(&stats.slices, 1);
         if deletion::thread_voluntary_switches() != switches {
-            Module::bump(&stats.slices_blocked, 1);
+            Shared::bump(&stats.slices_blocked, 1);
         }
         next
     }
@@ -260,11 +261,11 @@ impl Task {
         if self.tracking.ended() {
             // FLUSHDB/FLUSHALL/SWAPDB/a load: the snapshot's keys are gone
             // or elsewhere; stop with what was done.
-            Module::bump(&stats.stopped, 1);
+            Shared::bump(&stats.stopped, 1);
             return self.answer(Ok(()));
         }
         if !self.dryrun && deletion::read_only_replica(ctx) {
-            Module::bump(&stats.stopped, 1);
+            Shared::bump(&stats.stopped, 1);
             return self.answer(Err(format!(
                 "READONLY You can't write against a read only replica. ({} keys unlinked before this server became one)",
                 self.count
@@ -275,7 +276,7 @@ impl Task {
         // meanwhile (then nothing more is deleted).
         let user = User::by_name(ctx, &self.user);
         // Cluster mode: the slots owned now (`None`: every key is).
-        let owned = crate::keyspace::cluster::owned_slots(ctx);
+        let owned = crate::keyspace::cluster::owned_slots(ctx, self.m);
         let (started, mut handled) = (Instant::now(), 0usize);
         let slice_keys = crate::config::get(&crate::config::UNLINK_BATCH).max(1);
         while handled < slice_keys && started.elapsed() < SLICE_TIME {
@@ -295,18 +296,18 @@ impl Task {
             let mut names = Vec::with_capacity(batch.len());
             for k in &batch {
                 if self.tracking.written(k.as_bytes()) {
-                    Module::bump(&stats.keys_written, 1);
+                    Shared::bump(&stats.keys_written, 1);
                     continue;
                 }
                 if owned.as_ref().is_some_and(|o| !o.holds_key(k.as_bytes())) {
-                    Module::bump(&KEYS_NOT_OWNED, 1);
+                    Shared::bump(&KEYS_NOT_OWNED, 1);
                     continue;
                 }
                 let Some(name) = OwnedString::new(ctx, k.as_bytes()) else {
                     continue;
                 };
                 if !user.as_ref().is_some_and(|u| u.may_unlink(&name)) {
-                    Module::bump(&stats.keys_denied, 1);
+                    Shared::bump(&stats.keys_denied, 1);
                     continue;
                 }
                 if !self.dryrun {
@@ -326,7 +327,7 @@ impl Task {
                 Err((n, e)) => (n, Some(e)),
             };
             self.count += n;
-            Module::bump(&stats.keys_unlinked, n);
+            Shared::bump(&stats.keys_unlinked, n);
             if let Some(e) = failed {
                 return self.answer(Err(format!(
                     "ERR snapscan: UNLINK failed after {} keys: {e}",
@@ -383,7 +384,7 @@ fn sum_runs<R>(
 }
 
 /// SNAPSHOT.UNLINK figures for INFO.
-pub fn info_figures(m: &Module) -> [(&'static str, u64); 10] {
+pub fn info_figures(m: &Shared) -> [(&'static str, u64); 10] {
     let s = &m.watches.touched.stats;
     let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
     [
