@@ -23,8 +23,8 @@ use redis_module::raw;
 use std::os::raw::{c_char, c_int, c_void};
 
 /// Subscribes to notifications and server events.
-pub fn subscribe(ctx: Ctx) -> Result<(), String> {
-    tracking::init()?;
+pub fn subscribe(ctx: Ctx, m: &module::Module) -> Result<(), String> {
+    m.keyspace.tracking.init()?;
     // NOTIFY_ALL covers generic/string/list/set/hash/zset/stream/module and
     // expired/evicted events. LOADED: keys read from an RDB. NEW: every key
     // creation, including DEBUG POPULATE's, which fires nothing else.
@@ -233,7 +233,7 @@ impl ServerEvent for FlushDb {
     fn on(lock: &ServerLock, ctx: Ctx, subevent: u64, data: *mut c_void) {
         let Some(m) = module::try_get() else { return };
         guarded(ctx, "flushdb", || {
-            tracking::on_flushdb(lock, m, subevent, data)
+            tracking::on_flushdb(lock, m, &m.keyspace, subevent, data)
         });
     }
 }
@@ -242,7 +242,9 @@ struct SwapDb;
 impl ServerEvent for SwapDb {
     fn on(lock: &ServerLock, ctx: Ctx, _subevent: u64, data: *mut c_void) {
         let Some(m) = module::try_get() else { return };
-        guarded(ctx, "swapdb", || tracking::on_swapdb(lock, m, data));
+        guarded(ctx, "swapdb", || {
+            tracking::on_swapdb(lock, m, &m.keyspace, data)
+        });
     }
 }
 

@@ -33,7 +33,7 @@ fn fill(lock: &ServerLock, ctx: InfoCtx) {
     if !ffi_info::add_module_section(ctx) {
         return; // section not requested
     }
-    crate::keyspace::tracking::settle(lock, m);
+    crate::keyspace::tracking::settle(lock, m, &m.keyspace);
     state::ensure_threads(m);
     // Never applies the log here: the figures are those of the applied
     // position, and index_backlog says how far behind (normally 0 within

@@ -89,7 +89,7 @@ mod onload {
         server::host::set_module_options(ctx.ctx, options);
         cluster::init(ctx.ctx, m);
         crate::keyspace::clientdb::init(ctx.ctx, server::host::valkey_major(ctx.ctx));
-        if let Err(e) = events::subscribe(ctx.ctx).and_then(|_| commands::register(ctx.ctx)) {
+        if let Err(e) = events::subscribe(ctx.ctx, m).and_then(|_| commands::register(ctx.ctx)) {
             ctx.log_warning(&format!("snapscan: {e}"));
             return Status::Err;
         }

@@ -18,29 +18,35 @@ use redis_module::raw;
 /// right after, need not log it again. Every other event forgets it (taken
 /// at the start of each handler), so it never outlives that pair.
 /// Main-thread (server lock) state: no mutex, no locked instruction.
-static LAST_GONE: LockedCell<Option<(usize, Key)>> = LockedCell::new(None);
-
-/// Forgets the remembered deletion (the index is being dropped).
-pub fn forget_gone(lock: &ServerLock) {
-    LAST_GONE.take(lock);
+/// (A field of `keyspace::Keyspace`.)
+#[derive(Default)]
+pub struct Deleted {
+    last_gone: LockedCell<Option<(usize, Key)>>,
 }
 
-/// Takes the remembered deletion; whether it was `name` in `db`.
-pub fn take_gone(lock: &ServerLock, db: usize, name: &[u8]) -> bool {
-    LAST_GONE
-        .take(lock)
-        .is_some_and(|(d, k)| d == db && k.as_bytes() == name)
-}
-
-/// Logs that `name` in `db` is gone, unless the other event of the same
-/// deletion just did (`already`), and remembers it for that other event.
-pub fn log_gone(lock: &ServerLock, m: &Shared, db: usize, name: &[u8], already: bool) {
-    if already {
-        return;
+impl Deleted {
+    /// Forgets the remembered deletion (the index is being dropped).
+    pub fn forget_gone(&self, lock: &ServerLock) {
+        self.last_gone.take(lock);
     }
-    let key = Key::new(name);
-    LAST_GONE.replace(lock, Some((db, key.clone())));
-    m.push(Op::Set(db, key, None));
+
+    /// Takes the remembered deletion; whether it was `name` in `db`.
+    pub fn take_gone(&self, lock: &ServerLock, db: usize, name: &[u8]) -> bool {
+        self.last_gone
+            .take(lock)
+            .is_some_and(|(d, k)| d == db && k.as_bytes() == name)
+    }
+
+    /// Logs that `name` in `db` is gone, unless the other event of the same
+    /// deletion just did (`already`), and remembers it for that other event.
+    pub fn log_gone(&self, lock: &ServerLock, m: &Shared, db: usize, name: &[u8], already: bool) {
+        if already {
+            return;
+        }
+        let key = Key::new(name);
+        self.last_gone.replace(lock, Some((db, key.clone())));
+        m.push(Op::Set(db, key, None));
+    }
 }
 
 /// A `Key` server event about `name` in `db`.
@@ -59,12 +65,12 @@ pub fn on_key_unlinked(
     if ks.idle.dropped(lock) {
         return m.watches.bump(db, name); // no index to keep
     }
-    let already = take_gone(lock, db, name);
+    let already = ks.deleted.take_gone(lock, db, name);
     m.watches.bump(db, name);
     match subevent {
         raw::REDISMODULE_SUBEVENT_KEY_DELETED
         | raw::REDISMODULE_SUBEVENT_KEY_EXPIRED
-        | raw::REDISMODULE_SUBEVENT_KEY_EVICTED => log_gone(lock, m, db, name, already),
+        | raw::REDISMODULE_SUBEVENT_KEY_EVICTED => ks.deleted.log_gone(lock, m, db, name, already),
         _ => {}
     }
 }

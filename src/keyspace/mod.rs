@@ -33,6 +33,10 @@ use crate::state::Shared;
 pub struct Keyspace {
     /// Dropping the index while unused.
     pub idle: idle::Idle,
+    /// Notifications: the probe context and the pending new key.
+    pub tracking: tracking::Tracking,
+    /// The `Key` event: the last logged deletion.
+    pub deleted: deleted::Deleted,
 }
 
 /// The server's cron tick (main thread): the cluster view's refresh and
@@ -69,8 +73,8 @@ pub fn in_use(
 /// and the indexer frees the trees (open iterations keep their snapshots).
 fn drop_index(lock: &ServerLock, ctx: Ctx, m: &Shared, ks: &Keyspace) {
     ks.idle.mark_dropped(lock);
-    tracking::forget_pending(lock);
-    deleted::forget_gone(lock);
+    ks.tracking.forget_pending(lock);
+    ks.deleted.forget_gone(lock);
     m.push(Op::FlushAll);
     crate::server::log(
         ctx,

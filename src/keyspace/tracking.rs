@@ -14,7 +14,7 @@
 //! index build, `backfill`). May touch: the index (through `state`), the
 //! server layer, and the other keyspace subsystems.
 
-use super::{backfill, deleted, replication};
+use super::{backfill, replication};
 use crate::index::{Key, Meta, Op, TypeNames};
 use crate::server::locked::{LockedCell, ServerLock};
 use crate::server::subscribe::{self as sub, event_name};
@@ -25,12 +25,6 @@ use redis_module::raw;
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
-
-/// The context used to read keys in any database on the main thread. A
-/// detached context has a client of its own: selecting a database on it
-/// never touches a real client. Only used on the main thread (or a thread
-/// holding the server lock), through this mutex.
-static PROBE: Mutex<Option<Detached>> = Mutex::new(None);
 
 /// A key whose "new" event was seen but not yet read: the command that
 /// created it fires its own event for the same key right after (a "set",
@@ -46,19 +40,40 @@ struct Pending {
     hash: u64,
 }
 
-static PENDING_NEW: LockedCell<Option<Pending>> = LockedCell::new(None);
+/// The tracking's state (a field of `keyspace::Keyspace`).
+#[derive(Default)]
+pub struct Tracking {
+    /// The context used to read keys in any database on the main thread. A
+    /// detached context has a client of its own: selecting a database on it
+    /// never touches a real client. Only used on the main thread (or a thread
+    /// holding the server lock), through this mutex.
+    probe: Mutex<Option<Detached>>,
+    /// See [`Pending`].
+    pending_new: LockedCell<Option<Pending>>,
+}
 
-/// Forgets the pending new key (the index is being dropped).
-pub fn forget_pending(lock: &ServerLock) {
-    PENDING_NEW.take(lock);
+impl Tracking {
+    /// Makes the context that reads pending keys and keys of MOVE/COPY in
+    /// any database (OnLoad).
+    pub fn init(&self) -> Result<(), String> {
+        let probe = Detached::new().ok_or("no thread-safe context")?;
+        *self.probe.lock().unwrap_or_else(|e| e.into_inner()) = Some(probe);
+        Ok(())
+    }
+
+    /// Forgets the pending new key (the index is being dropped).
+    pub fn forget_pending(&self, lock: &ServerLock) {
+        self.pending_new.take(lock);
+    }
 }
 
 /// Reads the pending new key, if any, in every database (a SWAPDB or a
 /// flush may have happened since its event). Call it under the server lock
 /// only (command handlers, INFO, server events).
-pub fn settle(lock: &ServerLock, m: &Shared) {
-    if let Some(p) = PENDING_NEW.take(lock) {
-        refresh_everywhere(lock, m, p.key.as_bytes());
+pub fn settle(lock: &ServerLock, m: &Shared, ks: &super::Keyspace) {
+    let t = &ks.tracking;
+    if let Some(p) = t.pending_new.take(lock) {
+        refresh_everywhere(lock, m, t, p.key.as_bytes());
     }
 }
 
@@ -67,15 +82,21 @@ pub fn settle(lock: &ServerLock, m: &Shared) {
 /// before the command that fired the event. Otherwise reads the pending key
 /// in its database, and returns `name`'s hash, its filter block and
 /// recent-truth slot prefetched (see [`Module::prefetch_truth`]).
-fn claim_pending(lock: &ServerLock, m: &Shared, db: usize, name: &[u8]) -> (Option<Key>, u64) {
-    let Some(p) = PENDING_NEW.take(lock) else {
+fn claim_pending(
+    lock: &ServerLock,
+    m: &Shared,
+    t: &Tracking,
+    db: usize,
+    name: &[u8],
+) -> (Option<Key>, u64) {
+    let Some(p) = t.pending_new.take(lock) else {
         return (None, m.prefetch_truth(db, name));
     };
     if p.db == db && p.key.as_bytes() == name {
         return (Some(p.key), p.hash);
     }
     let hash = m.prefetch_truth(db, name);
-    let guard = PROBE.lock().unwrap_or_else(|e| e.into_inner());
+    let guard = t.probe.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(probe) = guard.as_ref() {
         let ctx = probe.ctx();
         if let Some(n) = server::OwnedString::new(ctx, p.key.as_bytes()) {
@@ -85,14 +106,6 @@ fn claim_pending(lock: &ServerLock, m: &Shared, db: usize, name: &[u8]) -> (Opti
         }
     }
     (None, hash)
-}
-
-/// Makes the context that reads pending keys and keys of MOVE/COPY in any
-/// database (OnLoad).
-pub fn init() -> Result<(), String> {
-    let probe = Detached::new().ok_or("no thread-safe context")?;
-    *PROBE.lock().unwrap_or_else(|e| e.into_inner()) = Some(probe);
-    Ok(())
 }
 
 /// Converts a probe result into index metadata, interning module type names.
@@ -141,8 +154,8 @@ fn record_plain(lock: &ServerLock, m: &Shared, db: usize, (name, key): (&[u8], K
 /// Re-reads `key` in every database through the probe context (MOVE and
 /// COPY ... DB: some servers fire them from a context selected on another
 /// database than the key's).
-fn refresh_everywhere(lock: &ServerLock, m: &Shared, key: &[u8]) {
-    let guard = PROBE.lock().unwrap_or_else(|e| e.into_inner());
+fn refresh_everywhere(lock: &ServerLock, m: &Shared, t: &Tracking, key: &[u8]) {
+    let guard = t.probe.lock().unwrap_or_else(|e| e.into_inner());
     let Some(probe) = guard.as_ref() else { return };
     let ctx = probe.ctx();
     let Some(name) = server::OwnedString::new(ctx, key) else {
@@ -183,7 +196,7 @@ pub fn on_keyspace_event(
     let name = server::string_bytes(key);
     // A deletion the `Key` event just logged (see unlink.rs); taken by
     // every notification, so it never outlives the pair.
-    let gone = deleted::take_gone(lock, db, name);
+    let gone = ks.deleted.take_gone(lock, db, name);
     if type_ & raw::REDISMODULE_NOTIFY_LOADED != 0 {
         // RDB loading: no execution units, and the name may live on the
         // server's stack; read the key now through a heap copy.
@@ -207,11 +220,13 @@ pub fn on_keyspace_event(
     }
     // The key's hash; its filter block and recent-truth slot, which its
     // record will read, are being fetched meanwhile.
-    let (created, hash) = claim_pending(lock, m, db, name);
+    let (created, hash) = claim_pending(lock, m, &ks.tracking, db, name);
     if new {
         m.watches.bump(db, name);
         let key = created.unwrap_or_else(|| Key::new(name));
-        PENDING_NEW.replace(lock, Some(Pending { db, key, hash }));
+        ks.tracking
+            .pending_new
+            .replace(lock, Some(Pending { db, key, hash }));
         return;
     }
     if matches!(event, b"move_from" | b"move_to" | b"copy_to") {
@@ -222,8 +237,8 @@ pub fn on_keyspace_event(
         m.watches.bump(db, name);
     }
     match event {
-        _ if deleted => deleted::log_gone(lock, m, db, name, gone),
-        b"move_from" | b"move_to" | b"copy_to" => refresh_everywhere(lock, m, name),
+        _ if deleted => ks.deleted.log_gone(lock, m, db, name, gone),
+        b"move_from" | b"move_to" | b"copy_to" => refresh_everywhere(lock, m, &ks.tracking, name),
         // A string SET: the key is now a string. Its expiry is none,
         // or kept (KEEPTTL), or set by the "expire" event that the SET
         // fires right after this one, which reads the key: so a key the
@@ -243,7 +258,13 @@ pub fn on_keyspace_event(
 }
 
 /// The FlushDB event.
-pub fn on_flushdb(lock: &ServerLock, m: &Shared, subevent: u64, data: *mut c_void) {
+pub fn on_flushdb(
+    lock: &ServerLock,
+    m: &Shared,
+    ks: &super::Keyspace,
+    subevent: u64,
+    data: *mut c_void,
+) {
     if subevent != raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
         return;
     }
@@ -257,11 +278,11 @@ pub fn on_flushdb(lock: &ServerLock, m: &Shared, subevent: u64, data: *mut c_voi
         Op::Flush(dbnum as usize)
     });
     // A pending new key is read as things are now, after the flush.
-    settle(lock, m);
+    settle(lock, m, ks);
 }
 
 /// The SwapDB event.
-pub fn on_swapdb(lock: &ServerLock, m: &Shared, data: *mut c_void) {
+pub fn on_swapdb(lock: &ServerLock, m: &Shared, ks: &super::Keyspace, data: *mut c_void) {
     let Some((first, second)) = sub::swapdb_dbs(data) else {
         return;
     };
@@ -271,7 +292,7 @@ pub fn on_swapdb(lock: &ServerLock, m: &Shared, data: *mut c_void) {
     let (a, b) = (first as usize, second as usize);
     m.push(Op::Swap(a, b));
     // A pending new key is read as things are now, after the swap.
-    settle(lock, m);
+    settle(lock, m, ks);
     m.watches.bump_all();
     backfill::topology_changed();
 }

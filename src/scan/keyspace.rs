@@ -101,7 +101,7 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> 
     let m =
         crate::module::try_get().ok_or_else(|| CmdError::msg("ERR snapscan is not initialised"))?;
     state::ensure_threads(m);
-    crate::keyspace::tracking::settle(lock, m);
+    crate::keyspace::tracking::settle(lock, m, &m.keyspace);
     // Only opening needs the index: a continuation reads its snapshot.
     crate::keyspace::in_use(lock, ctx, m, &m.keyspace, cursor == 0).map_err(CmdError::msg)?;
     if cursor == 0 {

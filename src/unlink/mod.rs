@@ -103,7 +103,7 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> 
     if server::blocking_denied(ctx) {
         return Err(CmdError::msg(IN_TRANSACTION));
     }
-    crate::keyspace::tracking::settle(lock, m);
+    crate::keyspace::tracking::settle(lock, m, &m.keyspace);
     crate::keyspace::in_use(lock, ctx, m, &m.keyspace, true).map_err(CmdError::msg)?;
     crate::scan::keyspace::index_ready()?;
     let type_filter = match type_name {
