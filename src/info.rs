@@ -130,7 +130,7 @@ fn fill(lock: &ServerLock, ctx: InfoCtx) {
     let dropped = m.keyspace.idle.dropped(lock);
     field(ctx, "index_dropped", dropped as u64);
     field(ctx, "index_drops", m.keyspace.idle.drops());
-    let p = backfill::progress();
+    let p = m.keyspace.backfill.progress();
     field(ctx, "backfill_in_progress", p.running as u64);
     let pct = if p.running {
         backfill::percent(&p)

@@ -105,7 +105,7 @@ mod onload {
                 "notice",
                 "snapscan: data present at load, building the index in the background",
             );
-            backfill::start(ctx.ctx, m);
+            m.keyspace.backfill.start(ctx.ctx, m);
         }
         Status::Ok
     }

@@ -18,12 +18,22 @@ use redis_module::raw;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-static RUNNING: AtomicBool = AtomicBool::new(false);
-static EPOCH: AtomicU64 = AtomicU64::new(0);
-static SCANNED: AtomicU64 = AtomicU64::new(0);
-static TOTAL: AtomicU64 = AtomicU64::new(0);
-static RUNS: AtomicU64 = AtomicU64::new(0);
-static LONGEST_HOLD_US: AtomicU64 = AtomicU64::new(0);
+/// The build's state (a field of `keyspace::Keyspace`): atomics, as INFO
+/// and SNAPSHOT.SCAN's LOADING reply read them.
+#[derive(Default)]
+pub struct Backfill {
+    /// A walk is under way.
+    running: AtomicBool,
+    /// Bumped by a SWAPDB or a load: the walk under way restarts.
+    epoch: AtomicU64,
+    /// Keys scanned by the walk under way, of `total`.
+    scanned: AtomicU64,
+    total: AtomicU64,
+    /// Walks started since the module loaded.
+    runs: AtomicU64,
+    /// The longest slice, in microseconds.
+    longest_hold_us: AtomicU64,
+}
 
 const SLICE_TIME: Duration = Duration::from_millis(1);
 
@@ -36,13 +46,50 @@ pub struct Progress {
     pub longest_hold_us: u64,
 }
 
-pub fn progress() -> Progress {
-    Progress {
-        running: RUNNING.load(Ordering::SeqCst),
-        scanned: SCANNED.load(Ordering::Relaxed),
-        total: TOTAL.load(Ordering::Relaxed),
-        runs: RUNS.load(Ordering::Relaxed),
-        longest_hold_us: LONGEST_HOLD_US.load(Ordering::Relaxed),
+impl Backfill {
+    pub fn progress(&self) -> Progress {
+        Progress {
+            running: self.running.load(Ordering::SeqCst),
+            scanned: self.scanned.load(Ordering::Relaxed),
+            total: self.total.load(Ordering::Relaxed),
+            runs: self.runs.load(Ordering::Relaxed),
+            longest_hold_us: self.longest_hold_us.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Invalidates an ongoing walk (SWAPDB, a new load): it restarts.
+    pub fn topology_changed(&self) {
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Starts the walk (or restarts a running one). Main thread only.
+    pub fn start(&'static self, ctx: Ctx, m: &'static Shared) {
+        self.topology_changed();
+        if self.running.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        self.runs.fetch_add(1, Ordering::Relaxed);
+        let Some(mut walk) = Walk::new(self, m) else {
+            self.running.store(false, Ordering::SeqCst);
+            return;
+        };
+        let timer_ctx = if ctx.is_null() { walk.tctx.ctx() } else { ctx };
+        mainloop::run_in_steps(
+            timer_ctx,
+            Box::new(move |lock, _ctx| {
+                // Produce no faster than the indexer applies: a log growing
+                // without bound would end with someone applying it in one go.
+                if m.live().backlog() > MAX_PENDING {
+                    return mainloop::Next::After(1);
+                }
+                if walk.step(lock) {
+                    mainloop::Next::Again
+                } else {
+                    self.running.store(false, Ordering::SeqCst);
+                    mainloop::Next::Done
+                }
+            }),
+        );
     }
 }
 
@@ -53,47 +100,12 @@ pub fn percent(p: &Progress) -> u64 {
         .unwrap_or(0)
 }
 
-/// Invalidates an ongoing walk (SWAPDB, a new load): it restarts.
-pub fn topology_changed() {
-    EPOCH.fetch_add(1, Ordering::SeqCst);
-}
-
 /// Whether any database holds keys (checked with the server lock held).
 pub fn needed(ctx: Ctx, databases: usize) -> bool {
     let orig = server::selected_db(ctx);
     let any = (0..databases).any(|db| server::select_db(ctx, db) && server::db_size(ctx) > 0);
     server::select_db(ctx, orig);
     any
-}
-
-/// Starts the walk (or restarts a running one). Main thread only.
-pub fn start(ctx: Ctx, m: &'static Shared) {
-    topology_changed();
-    if RUNNING.swap(true, Ordering::SeqCst) {
-        return;
-    }
-    RUNS.fetch_add(1, Ordering::Relaxed);
-    let Some(mut walk) = Walk::new(m) else {
-        RUNNING.store(false, Ordering::SeqCst);
-        return;
-    };
-    let timer_ctx = if ctx.is_null() { walk.tctx.ctx() } else { ctx };
-    mainloop::run_in_steps(
-        timer_ctx,
-        Box::new(move |lock, _ctx| {
-            // Produce no faster than the indexer applies: a log growing
-            // without bound would end with someone applying it in one go.
-            if m.live().backlog() > MAX_PENDING {
-                return mainloop::Next::After(1);
-            }
-            if walk.step(lock) {
-                mainloop::Next::Again
-            } else {
-                RUNNING.store(false, Ordering::SeqCst);
-                mainloop::Next::Done
-            }
-        }),
-    );
 }
 
 /// Index operations that may wait for the indexer before the walk pauses
@@ -129,6 +141,7 @@ struct Walk {
     cursor: scan::Cursor,
     /// A context of our own to select databases on (main thread only).
     tctx: Detached,
+    bf: &'static Backfill,
     m: &'static Shared,
     db: usize,
     epoch: u64,
@@ -136,12 +149,13 @@ struct Walk {
 }
 
 impl Walk {
-    fn new(m: &'static Shared) -> Option<Self> {
+    fn new(bf: &'static Backfill, m: &'static Shared) -> Option<Self> {
         let cursor = scan::Cursor::new()?;
         let tctx = Detached::new()?;
         let mut w = Walk {
             cursor,
             tctx,
+            bf,
             m,
             db: 0,
             epoch: 0,
@@ -153,7 +167,7 @@ impl Walk {
 
     /// Starts over from database 0 (SWAPDB or a load happened).
     fn restart(&mut self) {
-        self.epoch = EPOCH.load(Ordering::SeqCst);
+        self.epoch = self.bf.epoch.load(Ordering::SeqCst);
         self.db = 0;
         self.cursor.restart();
         let ctx = self.tctx.ctx();
@@ -164,8 +178,8 @@ impl Walk {
                 server::db_size(ctx)
             })
             .sum();
-        TOTAL.store(total, Ordering::Relaxed);
-        SCANNED.store(0, Ordering::Relaxed);
+        self.bf.total.store(total, Ordering::Relaxed);
+        self.bf.scanned.store(0, Ordering::Relaxed);
     }
 
     /// One slice: at most `snapshot.backfill-batch` keys or 1 ms.
@@ -175,7 +189,7 @@ impl Walk {
         if !scan::available() {
             return false;
         }
-        if EPOCH.load(Ordering::SeqCst) != self.epoch {
+        if self.bf.epoch.load(Ordering::SeqCst) != self.epoch {
             // Restart as often as needed: giving up would serve an
             // incomplete index as complete.
             self.restarts += 1;
@@ -203,9 +217,11 @@ impl Walk {
                 on_scanned(&mut st, ctx, keyname, key)
             });
         }
-        LONGEST_HOLD_US.fetch_max(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        self.bf
+            .longest_hold_us
+            .fetch_max(started.elapsed().as_micros() as u64, Ordering::Relaxed);
         server::latency::report(server::latency::Event::Backfill, started);
-        SCANNED.fetch_add(st.seen, Ordering::Relaxed);
+        self.bf.scanned.fetch_add(st.seen, Ordering::Relaxed);
         if !more {
             self.db += 1;
             // Restart the cursor for the next database.

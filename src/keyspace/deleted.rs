@@ -7,7 +7,6 @@
 //! is re-created); an overwritten one is re-read by the notification of the
 //! write that overwrites it, so only copies of its hash are invalidated.
 
-use super::replication;
 use crate::index::{Key, Op};
 use crate::server::locked::{LockedCell, ServerLock};
 use crate::state::Shared;
@@ -59,7 +58,7 @@ pub fn on_key_unlinked(
     name: &[u8],
 ) {
     // A replica's async load discards keys of its temporary database.
-    if replication::async_loading() {
+    if ks.replication.async_loading() {
         return;
     }
     if ks.idle.dropped(lock) {

@@ -37,13 +37,17 @@ pub struct Keyspace {
     pub tracking: tracking::Tracking,
     /// The `Key` event: the last logged deletion.
     pub deleted: deleted::Deleted,
+    /// Building the index from the data.
+    pub backfill: backfill::Backfill,
+    /// Replicas' async loads.
+    pub replication: replication::Replication,
 }
 
 /// The server's cron tick (main thread): the cluster view's refresh and
 /// the idle drop of the index.
 pub fn on_cron(lock: &ServerLock, ctx: Ctx, m: &'static Shared, ks: &'static Keyspace) {
     cluster::on_cron(lock, ctx, m);
-    match ks.idle.on_cron(lock, m, backfill::progress().running) {
+    match ks.idle.on_cron(lock, m, ks.backfill.progress().running) {
         idle::Tick::Nothing => {}
         idle::Tick::Drop => drop_index(lock, ctx, m, ks),
         idle::Tick::Rebuild => {
@@ -86,10 +90,10 @@ fn drop_index(lock: &ServerLock, ctx: Ctx, m: &Shared, ks: &Keyspace) {
 /// Starts rebuilding a dropped index; false if the walk could not start
 /// (then the index stays dropped: an empty index must not be served as
 /// complete).
-fn rebuild_index(lock: &ServerLock, ctx: Ctx, m: &'static Shared, ks: &Keyspace) -> bool {
+fn rebuild_index(lock: &ServerLock, ctx: Ctx, m: &'static Shared, ks: &'static Keyspace) -> bool {
     if backfill::needed(ctx, m.databases) {
-        backfill::start(ctx, m);
-        if !backfill::progress().running {
+        ks.backfill.start(ctx, m);
+        if !ks.backfill.progress().running {
             crate::server::log(
                 ctx,
                 "warning",

@@ -13,7 +13,6 @@
 //! answers `LOADING` with the progress until it is done). An aborted load
 //! leaves the old dataset, and the old index, untouched.
 
-use super::backfill;
 use crate::index::Op;
 use crate::server::{self, Ctx};
 use crate::state::Shared;
@@ -21,31 +20,38 @@ use redis_module::raw;
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-static ASYNC_LOADING: AtomicBool = AtomicBool::new(false);
-/// The `Loading` failure of the current async load was seen.
-static FAILED_SEEN: AtomicBool = AtomicBool::new(false);
-/// An async load aborted before its `Loading` failure event.
-static ABORT_UNMATCHED: AtomicBool = AtomicBool::new(false);
+/// Replication's state (a field of `keyspace::Keyspace`).
+#[derive(Default)]
+pub struct Replication {
+    /// A new dataset loads into a temporary database.
+    async_loading: AtomicBool,
+    /// The `Loading` failure of the current async load was seen.
+    failed_seen: AtomicBool,
+    /// An async load aborted before its `Loading` failure event.
+    abort_unmatched: AtomicBool,
+}
 
 /// Module options for replication support.
 pub fn module_options() -> c_int {
     raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD as c_int
 }
 
-/// Whether a replica is loading a new dataset into a temporary database
-/// (its notifications are not about the keys the module can read).
-pub fn async_loading() -> bool {
-    ASYNC_LOADING.load(Ordering::Relaxed)
-}
-
-/// Whether a failed load (`Loading` failed event) is an async load's: its
-/// temporary database is discarded and the old dataset, and index, stay.
-pub fn owns_failed_load() -> bool {
-    if async_loading() {
-        FAILED_SEEN.store(true, Ordering::SeqCst);
-        return true;
+impl Replication {
+    /// Whether a replica is loading a new dataset into a temporary database
+    /// (its notifications are not about the keys the module can read).
+    pub fn async_loading(&self) -> bool {
+        self.async_loading.load(Ordering::Relaxed)
     }
-    ABORT_UNMATCHED.swap(false, Ordering::SeqCst)
+
+    /// Whether a failed load (`Loading` failed event) is an async load's: its
+    /// temporary database is discarded and the old dataset, and index, stay.
+    pub fn owns_failed_load(&self) -> bool {
+        if self.async_loading() {
+            self.failed_seen.store(true, Ordering::SeqCst);
+            return true;
+        }
+        self.abort_unmatched.swap(false, Ordering::SeqCst)
+    }
 }
 
 /// A `ReplAsyncLoad` server event.
@@ -53,9 +59,10 @@ pub fn on_async_load(
     lock: &crate::server::locked::ServerLock,
     ctx: Ctx,
     m: &'static Shared,
-    ks: &super::Keyspace,
+    ks: &'static super::Keyspace,
     subevent: u64,
 ) {
+    let r = &ks.replication;
     match subevent {
         raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_STARTED => {
             server::log(
@@ -63,12 +70,12 @@ pub fn on_async_load(
                 "notice",
                 "snapscan: async load started: serving the old index meanwhile",
             );
-            FAILED_SEEN.store(false, Ordering::SeqCst);
-            ABORT_UNMATCHED.store(false, Ordering::SeqCst);
-            ASYNC_LOADING.store(true, Ordering::SeqCst);
+            r.failed_seen.store(false, Ordering::SeqCst);
+            r.abort_unmatched.store(false, Ordering::SeqCst);
+            r.async_loading.store(true, Ordering::SeqCst);
         }
         raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_COMPLETED => {
-            ASYNC_LOADING.store(false, Ordering::SeqCst);
+            r.async_loading.store(false, Ordering::SeqCst);
             server::log(
                 ctx,
                 "notice",
@@ -78,7 +85,7 @@ pub fn on_async_load(
             m.push(Op::FlushAll);
             // A dropped index is rebuilt at its next use instead.
             if !ks.idle.dropped(lock) {
-                backfill::start(ctx, m);
+                ks.backfill.start(ctx, m);
             }
         }
         raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_ABORTED => {
@@ -87,9 +94,9 @@ pub fn on_async_load(
                 "notice",
                 "snapscan: async load aborted: the old index stays",
             );
-            ASYNC_LOADING.store(false, Ordering::SeqCst);
-            if !FAILED_SEEN.swap(false, Ordering::SeqCst) {
-                ABORT_UNMATCHED.store(true, Ordering::SeqCst);
+            r.async_loading.store(false, Ordering::SeqCst);
+            if !r.failed_seen.swap(false, Ordering::SeqCst) {
+                r.abort_unmatched.store(true, Ordering::SeqCst);
             }
         }
         _ => {}

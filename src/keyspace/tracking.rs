@@ -14,7 +14,6 @@
 //! index build, `backfill`). May touch: the index (through `state`), the
 //! server layer, and the other keyspace subsystems.
 
-use super::{backfill, replication};
 use crate::index::{Key, Meta, Op, TypeNames};
 use crate::server::locked::{LockedCell, ServerLock};
 use crate::server::subscribe::{self as sub, event_name};
@@ -201,7 +200,7 @@ pub fn on_keyspace_event(
         // RDB loading: no execution units, and the name may live on the
         // server's stack; read the key now through a heap copy.
         m.watches.bump(db, name);
-        if replication::async_loading() {
+        if ks.replication.async_loading() {
             return; // a temporary database's key (see replication.rs)
         }
         return apply(lock, m, db, name, keys::probe_copy(ctx, key));
@@ -294,7 +293,7 @@ pub fn on_swapdb(lock: &ServerLock, m: &Shared, ks: &super::Keyspace, data: *mut
     // A pending new key is read as things are now, after the swap.
     settle(lock, m, ks);
     m.watches.bump_all();
-    backfill::topology_changed();
+    ks.backfill.topology_changed();
 }
 
 /// The Loading event (the `Key` event's part is the router's).
@@ -302,7 +301,7 @@ pub fn on_loading(
     lock: &ServerLock,
     ctx: Ctx,
     m: &'static Shared,
-    ks: &super::Keyspace,
+    ks: &'static super::Keyspace,
     subevent: u64,
 ) {
     match subevent {
@@ -314,10 +313,10 @@ pub fn on_loading(
             // RELOAD NOFLUSH MERGE) keeps what is there. Either way the
             // "loaded" notifications upsert the keys as they arrive.
             m.watches.bump_all();
-            backfill::topology_changed();
+            ks.backfill.topology_changed();
         }
         // An aborted async load leaves the old dataset (replication.rs).
-        raw::REDISMODULE_SUBEVENT_LOADING_FAILED if replication::owns_failed_load() => {}
+        raw::REDISMODULE_SUBEVENT_LOADING_FAILED if ks.replication.owns_failed_load() => {}
         raw::REDISMODULE_SUBEVENT_LOADING_FAILED => {
             // Whatever is in memory now is the truth: forget what the
             // partial load indexed and rebuild from memory (unless the
@@ -325,7 +324,7 @@ pub fn on_loading(
             m.push(Op::FlushAll);
             m.watches.bump_all();
             if !ks.idle.dropped(lock) {
-                backfill::start(ctx, m);
+                ks.backfill.start(ctx, m);
             }
         }
         _ => {}

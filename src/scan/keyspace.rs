@@ -105,7 +105,7 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> 
     // Only opening needs the index: a continuation reads its snapshot.
     crate::keyspace::in_use(lock, ctx, m, &m.keyspace, cursor == 0).map_err(CmdError::msg)?;
     if cursor == 0 {
-        index_ready()?;
+        index_ready(&m.keyspace.backfill)?;
     }
     let type_filter = match opts.type_name {
         None => None,
@@ -191,8 +191,8 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> 
 }
 
 /// The `LOADING` error while the index is being built after MODULE LOAD.
-pub(crate) fn index_ready() -> Result<(), CmdError> {
-    let p = backfill::progress();
+pub(crate) fn index_ready(bf: &backfill::Backfill) -> Result<(), CmdError> {
+    let p = bf.progress();
     if p.running {
         return Err(CmdError::msg(format!(
             "LOADING snapscan is building its index: {}% ({} of {} keys); retry shortly",

@@ -105,7 +105,7 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> 
     }
     crate::keyspace::tracking::settle(lock, m, &m.keyspace);
     crate::keyspace::in_use(lock, ctx, m, &m.keyspace, true).map_err(CmdError::msg)?;
-    crate::scan::keyspace::index_ready()?;
+    crate::scan::keyspace::index_ready(&m.keyspace.backfill)?;
     let type_filter = match type_name {
         None => None,
         Some(t) => Some(m.type_names().lookup(t).ok_or_else(|| {
