@@ -171,7 +171,7 @@ pub static CONFIGS: &[Spec] = &[
         i64::MAX,
     ),
     int("index-idle-timeout", &INDEX_IDLE_TIMEOUT, 0, 0, 31_536_000),
-    flags("serve-native", &SERVE_NATIVE, 0, crate::native::mode::ALL),
+    flags("serve-native", &SERVE_NATIVE, 0, crate::native::mode::ALL).hook(on_native_changed),
 ];
 
 /// The prefix of every config name (the module's name).
@@ -180,6 +180,12 @@ pub const PREFIX: &str = "snapshot.";
 fn on_workers_changed(v: i64) {
     if let Some(m) = crate::state::try_get() {
         m.pool.resize(v.max(0) as usize);
+    }
+}
+
+fn on_native_changed(v: i64) {
+    if v != 0 {
+        crate::ffi::clientdb::ensure_filter();
     }
 }
 

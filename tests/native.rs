@@ -99,6 +99,11 @@ fn the_mode_is_off_by_default_and_set_by_config_file_and_config_set() {
     let f = Server::start_with(ServerOpts::new().config("snapshot.serve-native", "keys hscan"));
     let mut c = f.client();
     assert_eq!(mode(&mut c), "keys hscan");
+    // Served from the start (the command filter registered at load).
+    fill(&mut c, "k:", 10);
+    let keys: Vec<String> = query(&mut c, &["KEYS", "k:*"]).unwrap();
+    assert_eq!(keys.len(), 10);
+    assert_eq!(served(&mut c, "keys"), 1);
 }
 
 #[test]

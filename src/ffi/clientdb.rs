@@ -48,22 +48,47 @@ const MAX_TXNS: usize = 10_000;
 
 static TXNS: Mutex<Option<Txns>> = Mutex::new(None);
 
-/// Registers the filter (OnLoad); the database restore is enabled when
-/// `valkey_major` is 8.
+/// Whether the module's command filter is registered.
+static REGISTERED: AtomicBool = AtomicBool::new(false);
+
+/// OnLoad: registers the filter when something needs it now (the database
+/// restore on Valkey 8, or `snapshot.serve-native` already on); otherwise
+/// it is registered the first time the mode is switched on
+/// ([`ensure_filter`]), so a server that never uses it pays nothing per
+/// command.
 #[allow(
     clippy::not_unsafe_ptr_arg_deref,
     reason = "ctx is the OnLoad context the server passed to the module, live for this call"
 )]
 pub fn init(ctx: Ctx, valkey_major: Option<u32>) {
-    let Some(register) = api!(RedisModule_RegisterCommandFilter) else {
-        return;
-    };
-    super::native::init();
+    super::native::init(ctx);
     let restore = valkey_major == Some(8)
         && api!(RedisModule_CommandFilterGetClientId).is_some()
         && api!(RedisModule_GetClientInfoById).is_some();
-    // SAFETY: ctx is the OnLoad context; the callback is a valid extern fn
-    // that lives as long as the module (which is never unloaded).
+    let native = crate::config::SERVE_NATIVE.load(Ordering::Relaxed) != 0;
+    if restore || native {
+        let registered = register(ctx);
+        ENABLED.store(registered && restore, Ordering::Relaxed);
+    }
+}
+
+/// Registers the filter if it is not yet (main thread: OnLoad, or a
+/// CONFIG SET of `snapshot.serve-native`); `ctx` is a context of this
+/// module. Whether it is registered.
+fn register(ctx: Ctx) -> bool {
+    if REGISTERED.load(Ordering::Relaxed) {
+        return true;
+    }
+    let Some(register) = api!(RedisModule_RegisterCommandFilter) else {
+        return false;
+    };
+    if ctx.is_null() {
+        return false;
+    }
+    // SAFETY: ctx is a live context of this module on the main thread; the
+    // callback is a valid extern fn that lives as long as the module (which
+    // is never unloaded). The server appends the filter to its list, read
+    // only before a command runs, never while one (CONFIG SET) does.
     let f = unsafe {
         register(
             ctx,
@@ -71,9 +96,15 @@ pub fn init(ctx: Ctx, valkey_major: Option<u32>) {
             raw::REDISMODULE_CMDFILTER_NOSELF as i32,
         )
     };
-    if !f.is_null() && restore {
-        ENABLED.store(true, Ordering::Relaxed);
-    }
+    let ok = !f.is_null();
+    REGISTERED.store(ok, Ordering::Relaxed);
+    ok
+}
+
+/// Registers the filter once `snapshot.serve-native` is switched on at
+/// runtime (its config hook, main thread).
+pub fn ensure_filter() {
+    register(super::native::module_ctx());
 }
 
 #[derive(PartialEq)]

@@ -28,12 +28,29 @@ pub fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
     }
 }
 
-/// Makes [`FILTER_CTX`] (OnLoad).
-pub fn init() {
-    if let Some(d) = super::thread_ctx::Detached::new() {
-        FILTER_CTX.store(d.ctx(), Ordering::Relaxed);
-        std::mem::forget(d);
+/// The detached context of this module made at load (NULL before), for
+/// main-thread calls that need one outside any callback's (registering
+/// the filter from a config hook).
+pub fn module_ctx() -> Ctx {
+    FILTER_CTX.load(Ordering::Relaxed)
+}
+
+/// Makes [`FILTER_CTX`] (OnLoad; `ctx` the OnLoad context).
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is the OnLoad context the server passed to the module, live for this call"
+)]
+pub fn init(ctx: Ctx) {
+    if !FILTER_CTX.load(Ordering::Relaxed).is_null() {
+        return;
     }
+    let Some(get) = api!(RedisModule_GetDetachedThreadSafeContext) else {
+        return;
+    };
+    // SAFETY: ctx is the OnLoad context: the detached context belongs to
+    // this module and lives until freed, which it never is.
+    let d = unsafe { get(ctx) };
+    FILTER_CTX.store(d, Ordering::Relaxed);
 }
 
 /// The filter step (main thread, inside the module's command filter): when
