@@ -62,6 +62,13 @@ echo "== cache invalidation by pattern without blocking the server: SNAPSHOT.UNL
 run SNAPSHOT.UNLINK 'user:42:*' DRYRUN
 run SNAPSHOT.UNLINK 'user:42:*'
 run SNAPSHOT.SCAN 0 MATCH 'user:42:*'
+echo "== unchanged clients: redis-cli --scan and KEYS answered from snapshots (snapshot.serve-native)"
+run CONFIG SET snapshot.serve-native all
+native=$(cli --scan --pattern 'user:7*' | wc -l)
+served=$(cli INFO snapshot | sed -n 's/^snapshot_native_scan_served:\([0-9]*\).*/\1/p')
+echo "redis-cli --scan --pattern 'user:7*' -> $native keys, in $served SCAN calls served from snapshots"
+echo "KEYS 'user:99:*' -> $(cli KEYS 'user:99:*' | wc -l) keys, from a snapshot walked on a worker"
+run CONFIG SET snapshot.serve-native none
 echo "== INFO snapshot"
-cli INFO snapshot | grep -E 'index_keys:|index_bytes_per_key|open_snapshots|scans_served:|workers:'
+cli INFO snapshot | grep -E 'index_keys:|index_bytes_per_key|open_snapshots|scans_served:|native_(scan|keys)_served|workers:'
 echo "== done: the server stops now"
