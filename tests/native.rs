@@ -680,3 +680,37 @@ fn operators_see_the_module_command() {
     let text = format!("{log:?}");
     assert!(text.contains("snapshot.native-scan"), "{text}");
 }
+
+/// Item 5: the module commands carry the native commands' ACL categories
+/// (where the server lets modules set them: Redis 7.2+, Valkey) and
+/// SNAPSHOT.KEYS is documented like the other commands.
+#[rstest]
+#[case("snapshot.native-scan", "scan")]
+#[case("snapshot.native-keys", "keys")]
+#[case("snapshot.keys", "keys")]
+#[case("snapshot.native-hscan", "hscan")]
+#[case("snapshot.native-sscan", "sscan")]
+#[case("snapshot.native-zscan", "zscan")]
+fn module_commands_have_the_native_acl_categories(#[case] module: &str, #[case] native: &str) {
+    let s = Server::start();
+    let mut c = s.client();
+    let categories = |c: &mut Connection, name: &str| -> Vec<String> {
+        let v: Vec<Vec<redis::Value>> = query(c, &["COMMAND", "INFO", name]).unwrap();
+        let info = &v[0];
+        let mut cats: Vec<String> = match &info[6] {
+            redis::Value::Array(a) | redis::Value::Set(a) => a
+                .iter()
+                .map(|x| redis::from_redis_value::<String>(x).unwrap())
+                .collect(),
+            other => panic!("{name}: categories {other:?}"),
+        };
+        cats.sort();
+        cats
+    };
+    let want = categories(&mut c, native);
+    if filter_knows_the_client(&s) {
+        assert_eq!(categories(&mut c, module), want, "{module}");
+    }
+    let docs: Vec<redis::Value> = query(&mut c, &["COMMAND", "DOCS", module]).unwrap();
+    assert_eq!(docs.len(), 2, "{module} has docs");
+}
