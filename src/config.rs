@@ -47,8 +47,72 @@ pub use crate::commands::unlink::UNLINK_BATCH;
 pub static INDEX_IDLE_TIMEOUT: AtomicI64 = AtomicI64::new(0);
 
 /// `snapshot.max-retained-bytes`: bytes of index nodes that old versions
-/// (kept by open SNAPSHOT.SCAN iterations) may hold; 0 = unbounded.
-pub static MAX_RETAINED_BYTES: AtomicI64 = AtomicI64::new(1 << 30);
+/// (kept by open SNAPSHOT.SCAN iterations) may hold; 0 = no absolute limit.
+pub static MAX_RETAINED_BYTES: AtomicI64 = AtomicI64::new(0);
+
+/// `snapshot.max-retained-percent`: the same limit relative to the live
+/// index, in percent of its node bytes (at least [`RETAINED_FLOOR`]);
+/// 0 = no relative limit. With both set, the smaller applies.
+pub static MAX_RETAINED_PERCENT: AtomicI64 = AtomicI64::new(50);
+
+/// The least a relative limit allows, so that a small index does not end
+/// iterations over a few changed leaves.
+pub const RETAINED_FLOOR: usize = 4 << 20;
+
+/// Which setting decides the limit on bytes held by old versions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RetainedSource {
+    /// Neither: no limit.
+    None,
+    /// `snapshot.max-retained-bytes`.
+    Bytes,
+    /// `snapshot.max-retained-percent` of the live index.
+    Percent,
+    /// `snapshot.max-retained-percent`, raised to [`RETAINED_FLOOR`].
+    Floor,
+}
+
+impl RetainedSource {
+    /// As INFO shows it.
+    pub fn name(self) -> &'static str {
+        match self {
+            RetainedSource::None => "none",
+            RetainedSource::Bytes => "max-retained-bytes",
+            RetainedSource::Percent => "max-retained-percent",
+            RetainedSource::Floor => "max-retained-percent-floor",
+        }
+    }
+}
+
+/// The limit on bytes held by old versions (0: none) and what decides it:
+/// `bytes` (0: no absolute limit) and `percent` of `index_bytes`, the live
+/// index's node bytes, with [`RETAINED_FLOOR`] (0: no relative limit); the
+/// smaller of the two when both are set.
+pub fn retained_limit(bytes: usize, percent: usize, index_bytes: usize) -> (usize, RetainedSource) {
+    let relative = (percent > 0).then(|| {
+        let share = (index_bytes as u128 * percent as u128 / 100).min(usize::MAX as u128) as usize;
+        if share >= RETAINED_FLOOR {
+            (share, RetainedSource::Percent)
+        } else {
+            (RETAINED_FLOOR, RetainedSource::Floor)
+        }
+    });
+    match (bytes, relative) {
+        (0, None) => (0, RetainedSource::None),
+        (0, Some(r)) => r,
+        (b, Some(r)) if r.0 < b => r,
+        (b, _) => (b, RetainedSource::Bytes),
+    }
+}
+
+/// [`retained_limit`] with the configured values.
+pub fn retained_limit_now(index_bytes: usize) -> (usize, RetainedSource) {
+    retained_limit(
+        get(&MAX_RETAINED_BYTES),
+        get(&MAX_RETAINED_PERCENT),
+        index_bytes,
+    )
+}
 
 /// `snapshot.serve-native`: the native commands served from snapshots, as
 /// `native::mode` flags (0 = none, the default).
@@ -163,12 +227,13 @@ pub static CONFIGS: &[Spec] = &[
         i64::MAX,
     ),
     int("unlink-batch", &UNLINK_BATCH, 10_000, 1, 1_000_000),
-    memory(
-        "max-retained-bytes",
-        &MAX_RETAINED_BYTES,
-        1 << 30,
+    memory("max-retained-bytes", &MAX_RETAINED_BYTES, 0, 0, i64::MAX),
+    int(
+        "max-retained-percent",
+        &MAX_RETAINED_PERCENT,
+        50,
         0,
-        i64::MAX,
+        1_000_000,
     ),
     int("index-idle-timeout", &INDEX_IDLE_TIMEOUT, 0, 0, 31_536_000),
     flags("serve-native", &SERVE_NATIVE, 0, crate::native::mode::ALL).hook(on_native_changed),
@@ -361,6 +426,32 @@ mod tests {
         let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
         let e = parse_args(&args).unwrap_err();
         assert!(e.contains(want), "{e:?} lacks {want:?}");
+    }
+
+    const MIB: usize = 1 << 20;
+
+    #[rstest]
+    // Defaults: half the live index, never under the floor.
+    #[case::small_index(0, 50, MIB, (RETAINED_FLOOR, RetainedSource::Floor))]
+    #[case::index_at_the_floor(0, 50, 8 * MIB, (4 * MIB, RetainedSource::Percent))]
+    #[case::big_index(0, 50, 1000 * MIB, (500 * MIB, RetainedSource::Percent))]
+    #[case::several_times_the_index(0, 300, 100 * MIB, (300 * MIB, RetainedSource::Percent))]
+    // Absolute only (relative off), and neither.
+    #[case::bytes_only(64 * MIB, 0, 1000 * MIB, (64 * MIB, RetainedSource::Bytes))]
+    #[case::no_limit(0, 0, 1000 * MIB, (0, RetainedSource::None))]
+    // Both: the smaller applies.
+    #[case::bytes_smaller(16 * MIB, 50, 1000 * MIB, (16 * MIB, RetainedSource::Bytes))]
+    #[case::percent_smaller(1 << 30, 50, 100 * MIB, (50 * MIB, RetainedSource::Percent))]
+    #[case::bytes_under_the_floor(MIB, 50, MIB, (MIB, RetainedSource::Bytes))]
+    #[case::equal_is_bytes(50 * MIB, 50, 100 * MIB, (50 * MIB, RetainedSource::Bytes))]
+    #[case::no_overflow(0, 1_000_000, usize::MAX, (usize::MAX, RetainedSource::Percent))]
+    fn retained_limit_follows_the_index(
+        #[case] bytes: usize,
+        #[case] percent: usize,
+        #[case] index: usize,
+        #[case] want: (usize, RetainedSource),
+    ) {
+        assert_eq!(retained_limit(bytes, percent, index), want);
     }
 
     #[test]

@@ -63,6 +63,9 @@ fn fill(ctx: InfoCtx) {
         m.cursors.groups_except(&versions) as u64,
     );
     field(ctx, "retained_bytes", state::retained_bytes(m) as u64);
+    let (limit, source) = state::retained_limit(m);
+    field(ctx, "retained_limit_bytes", limit as u64);
+    ffi_info::field_str(ctx, "retained_limit_source", source.name());
     field(ctx, "cursors_evicted", c.evicted);
     field(ctx, "cursors_expired", c.expired);
     field(ctx, "cursors_evicted_memory", c.evicted_memory);

@@ -303,15 +303,22 @@ pub fn retained_bytes(m: &Module) -> usize {
         .saturating_sub(REAPING.load(Ordering::Relaxed))
 }
 
-/// Keeps the bytes held by old versions within `snapshot.max-retained-bytes`
-/// (0: unbounded) by ending the least recently used SNAPSHOT.SCAN
+/// The limit on bytes held by old versions now (0: none) and what decides
+/// it (see [`config::retained_limit`]).
+pub fn retained_limit(m: &Module) -> (usize, config::RetainedSource) {
+    config::retained_limit_now(m.live.live_node_bytes())
+}
+
+/// Keeps the bytes held by old versions within [`retained_limit`]
+/// (`snapshot.max-retained-bytes`, `snapshot.max-retained-percent` of the
+/// live index) by ending the least recently used SNAPSHOT.SCAN
 /// iterations. Runs on the indexer after each batch (and each 2 ms poll)
 /// and on the janitor, never on the main thread. The snapshots of the
 /// iterations it ends are dropped right here, so that the next measurement
 /// sees the memory returned: handing them to the reaper would make the
 /// bound wait on its queue (a flushed database's map can take it seconds).
 pub fn bound_retained(m: &Module) {
-    let cap = config::get(&config::MAX_RETAINED_BYTES);
+    let (cap, _) = retained_limit(m);
     if cap == 0 || retained_bytes(m) <= cap {
         return;
     }

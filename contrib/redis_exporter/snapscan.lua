@@ -37,6 +37,7 @@ local FIELDS = {
     "snapshot_open_snapshots",
     "snapshot_retained_versions",
     "snapshot_retained_bytes",
+    "snapshot_retained_limit_bytes",
     "snapshot_cursors_evicted",
     "snapshot_cursors_expired",
     "snapshot_cursors_evicted_memory",

@@ -44,6 +44,8 @@ class Sampler:
         self.period, self.limit_s = period, limit_s
         self.peak_heap = 0
         self.peak_retained = 0
+        self.peak_retained_bytes = 0
+        self.peak_backlog = 0
         self.samples = 0
         self.error = None
         self.stop_ev = threading.Event()
@@ -58,6 +60,9 @@ class Sampler:
                 self.peak_heap = max(self.peak_heap, int(i.get("snapshot_module_heap_bytes", 0)))
                 self.peak_retained = max(self.peak_retained,
                                          int(i.get("snapshot_retained_versions", 0)))
+                self.peak_retained_bytes = max(self.peak_retained_bytes,
+                                               int(i.get("snapshot_retained_bytes", 0)))
+                self.peak_backlog = max(self.peak_backlog, int(i.get("snapshot_index_backlog", 0)))
                 self.samples += 1
                 self.stop_ev.wait(self.period)
         except Exception as e:  # noqa: BLE001 - reported by stop()
@@ -101,10 +106,16 @@ def run(ctx):
         si = s.snap_info()
         index0 = int(si["index_memory_bytes"])
         heap0 = int(si["module_heap_bytes"])
-        cap = config_get(s.r, "snapshot.max-retained-bytes")
+        # The effective limit (INFO, since it follows the index), else the
+        # absolute config of older builds.
+        source = si.get("retained_limit_source")
+        if source is not None:
+            cap = int(si["retained_limit_bytes"]) or None
+        else:
+            cap, source = config_get(s.r, "snapshot.max-retained-bytes"), "max-retained-bytes"
         log(f"  {n_keys:,} keys loaded in {t:.1f}s; index {index0 / 2**20:.1f} MiB, module heap "
-            f"{heap0 / 2**20:.1f} MiB; snapshot.max-retained-bytes: "
-            + (f"{cap / 2**20:.1f} MiB" if cap is not None else "absent on this build"))
+            f"{heap0 / 2**20:.1f} MiB; retained limit: "
+            + (f"{cap / 2**20:.1f} MiB ({source})" if cap is not None else "none on this build"))
 
         total = int(RATE * (hold_s + 120))
         load = ctx.sclient.start(s.port, "write", ["--count", total, "--range", n_keys,
@@ -165,6 +176,8 @@ def run(ctx):
             f"{(mib(cap) if cap is not None else 'none'):>9s} "
             f"{(f'{retained_peak / cap:.2f}' if cap else '-'):>8s}  {sampler.peak_retained:>8d}  "
             f"{alive}/{ended}" + (f" ({first_err[:80]})" if first_err else ""))
+        log(f"  peak snapshot_retained_bytes {mib(sampler.peak_retained_bytes)} (old versions' nodes), "
+            f"peak snapshot_index_backlog {sampler.peak_backlog:,}")
         log("  counters: " + (", ".join(f"snapshot_{k} {v}" for k, v in counters.items())
                               or "no snapshot_cursors_evicted* field"))
         for metric, v, unit in [("index_bytes", index0, "bytes"), ("heap_before_bytes", heap0, "bytes"),
@@ -173,6 +186,8 @@ def run(ctx):
                                 ("peak_heap_over_index", ratio_index, "x"),
                                 ("peak_retained_bytes", retained_peak, "bytes"),
                                 ("peak_retained_versions", sampler.peak_retained, ""),
+                                ("peak_retained_node_bytes", sampler.peak_retained_bytes, "bytes"),
+                                ("peak_index_backlog", sampler.peak_backlog, ""),
                                 ("cursors_alive", alive, ""), ("cursors_ended", ended, ""),
                                 ("writes", writes, ""), ("pin_seconds", pin_s, "s"),
                                 ("writes_between_pins", RATE * pin_s / PINS, "")]:
@@ -190,5 +205,8 @@ def run(ctx):
                                  f"{mib(cap)} (1.1: the cap plus one batch); "
                                  f"{ended} iterations ended")
             log(f"  TARGET peak retained {mib(retained_peak)} <= cap {mib(cap)} + 10% -> {st}")
+        st = res.target(SC, "peak heap / index", ratio_index, "<=", 2.0, quiet=True,
+                        note=f"peak heap {mib(peak)}, index {mib(index0)}; {ended} iterations ended")
+        log(f"  TARGET peak heap {mib(peak)} <= 2 x index {mib(index0)} -> {st}")
     finally:
         s.stop()

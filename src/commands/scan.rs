@@ -7,6 +7,7 @@ use crate::ffi::expiry::Verdict;
 use crate::ffi::{self, blocked::BlockedReply, reply::Reply, Ctx};
 use crate::glob::Pattern;
 use crate::index::live::OpenRequest;
+use crate::index::tree::KeyMap;
 use crate::index::walk::{walk_snapshot_at, Page, ScanSpec};
 use crate::index::{Key, Snapshot};
 use crate::state::{self, Module, ScanCursor};
@@ -24,14 +25,53 @@ pub const INLINE_TAKE_BUDGET: Duration = Duration::from_millis(1);
 /// judged expiry during the script that opened an iteration:
 /// `lo <= T0 <= hi`. `hi` is the server's cached clock at the cursor-0 call
 /// (the snapshot's instant), which a script running past
-/// `busy-reply-threshold` lets run ahead of `T0`. A key whose expiry lies
-/// in `[lo, hi)` is judged by asking the server (see `ffi::expiry`) while
-/// the call runs inline; the first such key found alive gives `T0` exactly.
+/// `busy-reply-threshold` lets run ahead of `T0`. The cursor-0 call,
+/// inside the script, settles it for the whole snapshot by asking the
+/// server about keys with a TTL (see [`resolve_clock`] and `ffi::expiry`),
+/// so that later pages, wherever they are served, judge as the script.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ScriptClock {
     pub lo: i64,
     pub hi: i64,
 }
+
+impl ScriptClock {
+    /// Known exactly (or, for the keys of the snapshot, as good as known:
+    /// none has its expiry between `lo` and `hi`).
+    fn decided(self) -> bool {
+        self.lo >= self.hi
+    }
+
+    /// Takes in the server's verdict on a key whose indexed expiry is
+    /// `when`; returns whether that key is alive at the script's clock.
+    fn learn(&mut self, when: i64, verdict: Verdict) -> bool {
+        match verdict {
+            // Visible with a TTL: the frozen clock is now known exactly.
+            Verdict::Alive { now_ms } => {
+                *self = ScriptClock {
+                    lo: now_ms,
+                    hi: now_ms,
+                };
+                when >= now_ms
+            }
+            Verdict::Expired => {
+                if when < self.hi {
+                    self.lo = self.lo.max(when.saturating_add(1)).min(self.hi);
+                }
+                false
+            }
+            Verdict::Unknown => false,
+        }
+    }
+}
+
+/// Most index entries, and most keys asked of the server, that the
+/// cursor-0 call of an iteration opened inside a script spends deciding the
+/// script's frozen clock (see [`resolve_clock`]), in a script that has
+/// already held the main thread past `busy-reply-threshold` (a script that
+/// has not finds its clock decided at the first key with a TTL).
+const RESOLVE_ENTRIES: usize = 1_000_000;
+const RESOLVE_JUDGED: usize = 10_000;
 
 /// Where a call starts: a new snapshot, or a position in one.
 enum Start {
@@ -236,13 +276,27 @@ fn serve_inline(
             clock,
         } => (snap, after, pages, clock),
     };
-    let judge = |name: &[u8], when: i64| ffi::expiry::judge(ctx, name, when);
+    let judge = |name: &[u8]| ffi::expiry::judge(ctx, name);
+    // The opening call is the only one that runs in the script whose clock
+    // decides: settle it now for the whole snapshot, so pages served later
+    // (by a worker, or in another script or transaction) judge expiry as
+    // the script did.
+    let clock = match clock {
+        // Without any key with a TTL there is nothing to settle.
+        Some(c) if pages == 0 && after.is_none() => {
+            Some(match ffi::expiry::db_has_ttls(ctx, snap.db) {
+                Some(false) => ScriptClock { lo: c.hi, hi: c.hi },
+                _ => resolve_clock(&snap.map, c, &judge),
+            })
+        }
+        c => c,
+    };
     let (page, clock) = page_of(&snap, after.as_ref(), spec, clock, Some(&judge));
     Ok(finish(m, snap, pages, page, clock))
 }
 
 /// Asks the server about a key's expiry (main thread only).
-type Judge<'a> = &'a dyn Fn(&[u8], i64) -> Verdict;
+type Judge<'a> = &'a dyn Fn(&[u8]) -> Verdict;
 
 /// One page of `snap`. Expiry is judged at the snapshot's instant, except
 /// for an iteration opened inside a script (`clock`): there keys whose
@@ -268,31 +322,54 @@ fn page_of(
         let Some(when) = snap.map.get(k.as_bytes()).and_then(|m| m.expire_at()) else {
             return true;
         };
+        if c.decided() {
+            return when >= c.hi;
+        }
         if when >= c.hi {
             return true;
         }
         if when < c.lo {
             return false;
         }
-        match judge(k.as_bytes(), when) {
-            // Only the script that opened the iteration can see a key alive
-            // whose expiry lies before the cursor-0 call's clock: its frozen
-            // clock is now known.
-            Verdict::Alive { now_ms } => {
-                c = ScriptClock {
-                    lo: now_ms,
-                    hi: now_ms,
-                };
-                true
-            }
-            Verdict::Expired => {
-                c.lo = c.lo.max(when.saturating_add(1)).min(c.hi);
-                false
-            }
-            Verdict::Unknown => false,
-        }
+        c.learn(when, judge(k.as_bytes()))
     });
     (page, Some(c))
+}
+
+/// Decides the frozen clock of the script that opens an iteration of
+/// `map`, by asking the server (`judge`) about keys with a TTL in key
+/// order: the first key visible with a TTL gives the clock exactly (its
+/// expiry less its remaining TTL); a key found expired raises `lo` past its
+/// expiry. A walk to the end that met no key it could not judge leaves no
+/// key of `map` with its expiry in `[lo, hi)`: judging at `hi` is then
+/// exactly the script's verdict. Stops undecided after [`RESOLVE_ENTRIES`]
+/// entries or [`RESOLVE_JUDGED`] keys asked.
+fn resolve_clock(map: &KeyMap, mut c: ScriptClock, judge: Judge) -> ScriptClock {
+    let mut iter = map.iter();
+    let (mut examined, mut judged, mut unknown) = (0usize, 0usize, false);
+    while !c.decided() {
+        let Some((k, m)) = iter.next_entry() else {
+            if !unknown {
+                c.lo = c.hi;
+            }
+            break;
+        };
+        examined += 1;
+        if examined > RESOLVE_ENTRIES || judged >= RESOLVE_JUDGED {
+            break;
+        }
+        let Some(when) = m.expire_at() else {
+            continue;
+        };
+        if when < c.lo {
+            continue;
+        }
+        judged += 1;
+        let verdict = judge(k);
+        unknown |= verdict == Verdict::Unknown && when < c.hi;
+        c.learn(when, verdict);
+    }
+    c
 }
 
 /// Pending index operations a small cursor-0 page may apply on the main
@@ -374,5 +451,135 @@ pub fn write_page(r: &Reply, next: u64, keys: &[Key]) {
     r.array(keys.len());
     for k in keys {
         r.bulk(k.as_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::meta::{Meta, STRING};
+    use proptest::prelude::*;
+    use rstest::rstest;
+    use std::cell::Cell;
+
+    /// The server inside a script frozen at `t0`: a key is visible iff its
+    /// expiry is at or after `t0` (no TTL: visible, tells nothing).
+    fn server<'a>(
+        map: &'a KeyMap,
+        t0: i64,
+        asked: &'a Cell<usize>,
+    ) -> impl Fn(&[u8]) -> Verdict + 'a {
+        move |k| {
+            asked.set(asked.get() + 1);
+            match map.get(k).map(|m| m.expire_at()) {
+                None => Verdict::Expired,
+                Some(None) => Verdict::Unknown,
+                Some(Some(at)) if at >= t0 => Verdict::Alive { now_ms: t0 },
+                Some(Some(_)) => Verdict::Expired,
+            }
+        }
+    }
+
+    fn map_of(entries: &[(&str, Option<i64>)]) -> KeyMap {
+        let mut m = KeyMap::new();
+        for (k, e) in entries {
+            m.insert(k.as_bytes(), Meta::new(STRING, *e));
+        }
+        m
+    }
+
+    const HI: i64 = 2_000;
+
+    /// Settles a clock known only to be at most `HI`.
+    fn resolve_from_nothing(map: &KeyMap, judge: Judge) -> ScriptClock {
+        resolve_clock(
+            map,
+            ScriptClock {
+                lo: i64::MIN,
+                hi: HI,
+            },
+            judge,
+        )
+    }
+
+    #[rstest]
+    // A key alive at the frozen clock with a TTL: the clock exactly.
+    #[case::spinning_key_alive(&[("a", None), ("b", Some(1_500))], 1_000, (1_000, 1_000), 1)]
+    #[case::long_ttl_key(&[("a", Some(9_000)), ("b", Some(1_500))], 1_000, (1_000, 1_000), 1)]
+    // Every key with a TTL expired at the frozen clock: decided at `hi`.
+    #[case::all_expired(&[("a", Some(500)), ("b", Some(900)), ("c", None)], 1_000, (HI, HI), 2)]
+    // Ascending expiries in key order: each expired key raises `lo`, the
+    // next alive one decides.
+    #[case::after_expired_ones(&[("a", Some(10)), ("b", Some(20)), ("c", Some(1_200))], 1_000, (1_000, 1_000), 3)]
+    // Keys below a raised `lo` are not asked about.
+    #[case::skips_below_lo(&[("a", Some(900)), ("b", Some(10)), ("c", Some(20))], 1_000, (HI, HI), 1)]
+    #[case::no_ttl_at_all(&[("a", None), ("b", None)], 1_000, (HI, HI), 0)]
+    fn resolve_decides_the_script_clock(
+        #[case] entries: &[(&str, Option<i64>)],
+        #[case] t0: i64,
+        #[case] expect: (i64, i64),
+        #[case] asks: usize,
+    ) {
+        let map = map_of(entries);
+        let asked = Cell::new(0);
+        let judge = server(&map, t0, &asked);
+        let c = resolve_from_nothing(&map, &judge);
+        assert_eq!((c.lo, c.hi), expect);
+        assert_eq!(asked.get(), asks);
+    }
+
+    #[test]
+    fn a_key_the_server_cannot_judge_leaves_the_clock_undecided() {
+        let map = map_of(&[("a", Some(1_500))]);
+        let judge = |_: &[u8]| Verdict::Unknown;
+        let c = resolve_clock(&map, ScriptClock { lo: 0, hi: HI }, &judge);
+        assert!(!c.decided());
+    }
+
+    /// The most settling costs: a walk of [`RESOLVE_ENTRIES`] entries, the
+    /// only key with a TTL at the end (`cargo test --release --lib speed
+    /// -- --ignored --nocapture`).
+    #[test]
+    #[ignore]
+    fn speed_of_the_longest_settling() {
+        let mut map = KeyMap::new();
+        for i in 0..RESOLVE_ENTRIES - 1 {
+            map.insert(format!("key:{i:012}").as_bytes(), Meta::plain(STRING));
+        }
+        map.insert(b"zzz", Meta::new(STRING, Some(1_500)));
+        let asked = Cell::new(0);
+        let judge = server(&map, 1_000, &asked);
+        let t = std::time::Instant::now();
+        let c = resolve_from_nothing(&map, &judge);
+        println!(
+            "settling over {RESOLVE_ENTRIES} entries: {:?} ({:?})",
+            t.elapsed(),
+            c
+        );
+        assert!(c.decided());
+    }
+
+    proptest! {
+        /// After the opening call, every key of the snapshot is judged at
+        /// the resolved clock exactly as the script's frozen clock judges it.
+        #[test]
+        fn resolved_clock_judges_every_key_as_the_script(
+            expiries in proptest::collection::vec(proptest::option::of(0i64..3_000), 0..60),
+            t0 in 0i64..=HI,
+        ) {
+            let names: Vec<String> = (0..expiries.len()).map(|i| format!("k{i:03}")).collect();
+            let entries: Vec<(&str, Option<i64>)> =
+                names.iter().map(String::as_str).zip(expiries.iter().copied()).collect();
+            let map = map_of(&entries);
+            let asked = Cell::new(0);
+            let judge = server(&map, t0, &asked);
+            let c = resolve_from_nothing(&map, &judge);
+            prop_assert!(c.decided());
+            for (_, e) in &entries {
+                if let Some(e) = e {
+                    prop_assert_eq!(*e >= c.hi, *e >= t0);
+                }
+            }
+        }
     }
 }

@@ -50,3 +50,22 @@ pub fn field(ctx: InfoCtx, name: &str, v: u64) {
     // SAFETY: ctx is the live INFO context of this callback; n is a C string.
     unsafe { f(ctx, n.as_ptr(), v) };
 }
+
+/// Adds field `name` with the text `v` (no spaces, colons or newlines) to
+/// the open section.
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is the INFO context the server passed to the running INFO callback"
+)]
+pub fn field_str(ctx: InfoCtx, name: &str, v: &str) {
+    let (Some(f), Ok(n), Ok(v)) = (
+        api!(RedisModule_InfoAddFieldCString),
+        CString::new(name),
+        CString::new(v),
+    ) else {
+        return;
+    };
+    // SAFETY: ctx is the live INFO context of this callback; n and v are C
+    // strings that outlive the call (the server copies the value).
+    unsafe { f(ctx, n.as_ptr(), v.as_ptr()) };
+}

@@ -721,3 +721,52 @@ impl Rng {
         &v[self.below(v.len() as u64) as usize]
     }
 }
+
+/// Opens `rounds` SNAPSHOT.SCAN iterations (`COUNT 1`, left open), each
+/// pinning its own version: before each, `per_round` `PEXPIRE`s on random
+/// keys `key:0..keys` (as `DEBUG POPULATE` names them) change the expiry of
+/// keys all over the keyspace, so the live tree copies most leaves away
+/// from the previous version. Returns the cursors, oldest first.
+pub fn pin_versions(
+    con: &mut Connection,
+    keys: u64,
+    rounds: usize,
+    per_round: usize,
+    seed: u64,
+) -> Vec<String> {
+    let mut rng = Rng(seed);
+    let mut cursors = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let mut p = redis::pipe();
+        for _ in 0..per_round {
+            p.cmd("PEXPIRE")
+                .arg(format!("key:{}", rng.below(keys)))
+                .arg(1_000_000_000)
+                .ignore();
+        }
+        let _: () = p.query(con).unwrap();
+        let (c, _): (String, Vec<String>) =
+            query(con, &["SNAPSHOT.SCAN", "0", "COUNT", "1"]).unwrap();
+        cursors.push(c);
+    }
+    cursors
+}
+
+/// The error of an iteration ended to bound the memory old versions hold.
+pub fn ended_for_memory(cursor: &str) -> String {
+    format!("ERR cursor {cursor}: snapscan: iteration ended to bound snapshot memory (snapshot.max-retained-bytes); restart the scan from cursor 0")
+}
+
+/// Of iterations opened by [`pin_versions`] and then bounded: the oldest
+/// was ended and says why; the newest goes on.
+pub fn assert_oldest_ended_newest_goes_on(con: &mut Connection, cursors: &[String]) {
+    let oldest = &cursors[0];
+    assert_eq!(
+        expect_err(con, &["SNAPSHOT.SCAN", oldest]),
+        ended_for_memory(oldest)
+    );
+    let newest = cursors.last().expect("cursors");
+    let (_, page): (String, Vec<String>) =
+        query(con, &["SNAPSHOT.SCAN", newest, "COUNT", "3"]).unwrap();
+    assert_eq!(page.len(), 3, "the newest iteration goes on");
+}
