@@ -39,7 +39,7 @@ pub static HASH_COPY_BATCH: AtomicI64 = AtomicI64::new(1000);
 pub static HASH_MEMORY_LIMIT: AtomicI64 = AtomicI64::new(256 << 20);
 
 /// `snapshot.unlink-batch`: keys SNAPSHOT.UNLINK deletes per slice at most.
-pub use crate::commands::unlink::UNLINK_BATCH;
+pub static UNLINK_BATCH: AtomicI64 = AtomicI64::new(10_000);
 
 /// `snapshot.index-idle-timeout`: seconds without a SNAPSHOT.SCAN or
 /// SNAPSHOT.UNLINK call after which the index is dropped until the next
@@ -115,41 +115,40 @@ pub fn retained_limit_now(index_bytes: usize) -> (usize, RetainedSource) {
 }
 
 /// `snapshot.serve-native`: the native commands served from snapshots, as
-/// `native::mode` flags (0 = none, the default).
+/// flags (0 = none, the default; see [`SERVE_NATIVE_NAMES`]).
 pub static SERVE_NATIVE: AtomicI64 = AtomicI64::new(0);
+
+/// The names of `snapshot.serve-native`'s flags (the bits of
+/// `native::mode::Native::bit`), `none` and `all` included. The server
+/// shows a value as `none`, `all` or the single flags it holds.
+pub static SERVE_NATIVE_NAMES: &[(&str, i64)] = &[
+    ("none", 0),
+    ("scan", 1),
+    ("keys", 2),
+    ("hscan", 4),
+    ("sscan", 8),
+    ("zscan", 16),
+    ("all", 31),
+];
+
+/// A flags value as the server's flags configs take it: names of `names`
+/// separated by spaces, any case; `none` alone (or nothing) is 0.
+pub fn parse_flags(names: &[(&str, i64)], v: &[u8]) -> Option<i64> {
+    let mut bits = 0;
+    for word in v.split(|&b| b == b' ').filter(|w| !w.is_empty()) {
+        let &(_, b) = names
+            .iter()
+            .find(|(n, _)| word.eq_ignore_ascii_case(n.as_bytes()))?;
+        bits |= b;
+    }
+    Some(bits)
+}
 
 pub fn get(v: &AtomicI64) -> usize {
     v.load(Ordering::Relaxed).max(0) as usize
 }
 
-/// How a value is written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// A decimal integer.
-    Integer,
-    /// Bytes: a decimal integer with an optional unit as the server's own
-    /// memory configs take it (`b`, `k`, `kb`, `m`, `mb`, `g`, `gb`, any case:
-    /// `k` = 1000, `kb` = 1024).
-    Memory,
-    /// Flags by name (see `native::mode`), registered as a flags config.
-    Flags,
-}
-
-/// One config: `snapshot.<name>`.
-pub struct Spec {
-    /// Name without the module prefix.
-    pub name: &'static str,
-    /// The value. Two rows may share one atomic (an alias): a value given
-    /// for either name applies to both.
-    pub var: &'static AtomicI64,
-    pub default: i64,
-    /// Inclusive range, enforced at load, in the config file and on CONFIG SET.
-    pub min: i64,
-    pub max: i64,
-    pub kind: Kind,
-    /// Called (main thread) after the value changed at runtime.
-    pub on_change: Option<fn(i64)>,
-}
+pub use crate::server::configs::{Kind, Spec};
 
 /// An integer config (constructor for one-line rows of [`CONFIGS`]).
 const fn int(
@@ -166,7 +165,7 @@ const fn int(
         min,
         max,
         kind: Kind::Integer,
-        on_change: None,
+        names: &[],
     }
 }
 
@@ -184,27 +183,25 @@ const fn memory(
     }
 }
 
-/// A flags config (`native::mode` names: `none`, `all`, `scan keys ...`).
-const fn flags(name: &'static str, var: &'static AtomicI64, default: i64, max: i64) -> Spec {
+/// A flags config (`names`: each name with its value).
+const fn flags(
+    name: &'static str,
+    var: &'static AtomicI64,
+    names: &'static [(&'static str, i64)],
+    max: i64,
+) -> Spec {
     Spec {
         kind: Kind::Flags,
-        ..int(name, var, default, 0, max)
-    }
-}
-
-impl Spec {
-    /// Runs `f` after the value changed at runtime.
-    const fn hook(mut self, f: fn(i64)) -> Spec {
-        self.on_change = Some(f);
-        self
+        names,
+        ..int(name, var, 0, 0, max)
     }
 }
 
 /// Every config, in registration order: one row each. A row may share its
 /// atomic with another (an alias name for the same value).
 pub static CONFIGS: &[Spec] = &[
-    int("workers", &WORKERS, 2, 1, 64).hook(on_workers_changed),
-    int("worker-nice", &WORKER_NICE, 19, 0, 19).hook(on_nice_changed),
+    int("workers", &WORKERS, 2, 1, 64),
+    int("worker-nice", &WORKER_NICE, 19, 0, 19),
     int("cursor-idle-timeout", &IDLE_TIMEOUT, 60, 1, 86_400),
     int("max-open-cursors", &MAX_OPEN, 1024, 1, 1_000_000),
     int("scan-budget", &SCAN_BUDGET, 100_000, 100, 1_000_000_000),
@@ -236,29 +233,11 @@ pub static CONFIGS: &[Spec] = &[
         1_000_000,
     ),
     int("index-idle-timeout", &INDEX_IDLE_TIMEOUT, 0, 0, 31_536_000),
-    flags("serve-native", &SERVE_NATIVE, 0, crate::native::mode::ALL).hook(on_native_changed),
+    flags("serve-native", &SERVE_NATIVE, SERVE_NATIVE_NAMES, 31),
 ];
 
 /// The prefix of every config name (the module's name).
 pub const PREFIX: &str = "snapshot.";
-
-fn on_workers_changed(v: i64) {
-    if let Some(m) = crate::state::try_get() {
-        m.pool.resize(v.max(0) as usize);
-    }
-}
-
-fn on_native_changed(v: i64) {
-    if v != 0 {
-        crate::ffi::clientdb::ensure_filter();
-    }
-}
-
-fn on_nice_changed(v: i64) {
-    if let Some(m) = crate::state::try_get() {
-        m.pool.set_nice(v.max(0) as usize);
-    }
-}
 
 /// The row for `name`, given with or without the `snapshot.` prefix, in
 /// any case.
@@ -317,8 +296,12 @@ pub fn check(i: usize, given: &str, v: &[u8]) -> Result<i64, String> {
         Kind::Memory => parse_memory(v).ok_or_else(|| {
             format!("argument '{given}': value '{shown}' is not a memory size (e.g. 1048576, 512kb, 256mb, 1gb)")
         })?,
-        Kind::Flags => crate::native::mode::parse(v).ok_or_else(|| {
-            format!("argument '{given}': value '{shown}' is not 'none', 'all' or a list of: scan keys hscan sscan zscan")
+        Kind::Flags => parse_flags(s.names, v).ok_or_else(|| {
+            let names: Vec<&str> = s.names.iter().map(|(n, _)| *n).collect();
+            format!(
+                "argument '{given}': value '{shown}' is not 'none', 'all' or a list of: {}",
+                names[1..names.len() - 1].join(" ")
+            )
         })?,
     };
     if n < s.min || n > s.max {

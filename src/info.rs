@@ -1,32 +1,37 @@
 //! The `snapshot` INFO section.
 
-use crate::backfill;
-use crate::ffi::info::{self as ffi_info, field, InfoCtx};
-use crate::ffi::Ctx;
+use crate::keyspace::backfill;
+use crate::server::entry::{info, Info};
+use crate::server::info::{self as ffi_info, field, InfoCtx};
+use crate::server::locked::ServerLock;
+use crate::server::Ctx;
 use crate::state;
 use std::os::raw::c_int;
 use std::sync::atomic::Ordering;
 
 /// Registers the INFO callback (replacing redismodule-rs's default one).
 pub fn register(ctx: Ctx) -> Result<(), String> {
-    ffi_info::register(ctx, Some(info_func)).map_err(String::from)
+    ffi_info::register(ctx, Some(info::<Section>)).map_err(String::from)
 }
 
-extern "C" fn info_func(ctx: InfoCtx, for_crash_report: c_int) {
-    // A crash report may be written while this thread holds our locks:
-    // report nothing rather than risk a deadlock there.
-    if for_crash_report != 0 {
-        return;
+struct Section;
+impl Info for Section {
+    fn fill(lock: &ServerLock, ctx: InfoCtx, for_crash_report: c_int) {
+        // A crash report may be written while this thread holds our locks:
+        // report nothing rather than risk a deadlock there.
+        if for_crash_report != 0 {
+            return;
+        }
+        let _ = std::panic::catch_unwind(|| fill(lock, ctx));
     }
-    let _ = std::panic::catch_unwind(|| fill(ctx));
 }
 
-fn fill(ctx: InfoCtx) {
+fn fill(lock: &ServerLock, ctx: InfoCtx) {
     let Some(m) = state::try_get() else { return };
     if !ffi_info::add_module_section(ctx) {
         return; // section not requested
     }
-    crate::events::settle();
+    crate::keyspace::tracking::settle(lock);
     state::ensure_threads(m);
     // Never applies the log here: the figures are those of the applied
     // position, and index_backlog says how far behind (normally 0 within
@@ -43,7 +48,7 @@ fn fill(ctx: InfoCtx) {
     // open snapshots, the log and the cursors). The structure-size estimate
     // is used only where the counting allocator is not installed.
     let heap = crate::alloc::heap_bytes();
-    let measured = heap.saturating_sub(crate::hash::bytes_held());
+    let measured = heap.saturating_sub(m.watches.budget.bytes_held());
     let mem = if heap == 0 { mem } else { measured };
     field(ctx, "index_memory_bytes", mem as u64);
     field(ctx, "module_heap_bytes", heap as u64);
@@ -112,21 +117,26 @@ fn fill(ctx: InfoCtx) {
         "scans_refused_busy",
         st.scans_busy.load(Ordering::Relaxed),
     );
-    field(ctx, "thread_restarts", crate::pool::thread_restarts());
-    field(ctx, "thread_failures", crate::pool::thread_failures());
+    field(ctx, "thread_restarts", crate::runtime::thread_restarts());
+    field(ctx, "thread_failures", crate::runtime::thread_failures());
     field(ctx, "threads_down", state::threads_down(m));
     field(ctx, "workers", m.pool.threads() as u64);
     field(ctx, "worker_queue_depth", m.pool.queued() as u64);
     field(ctx, "workers_busy", m.pool.busy() as u64);
-    for (name, v) in m.native.figures() {
+    for (name, v) in crate::native::figures(&m.native) {
         field(ctx, &name, v);
     }
-    for (name, v) in crate::commands::hscan::info_figures(m) {
+    // Collection snapshot figures, then SNAPSHOT.UNLINK's.
+    let collections = crate::scan::collection::info_figures(m);
+    for (name, v) in collections
+        .into_iter()
+        .chain(crate::unlink::info_figures(m))
+    {
         field(ctx, name, v);
     }
-    let dropped = crate::idle::dropped(&crate::ffi::locked::ServerLock::in_callback());
+    let dropped = crate::keyspace::idle::dropped(lock);
     field(ctx, "index_dropped", dropped as u64);
-    field(ctx, "index_drops", crate::idle::drops());
+    field(ctx, "index_drops", crate::keyspace::idle::drops());
     let p = backfill::progress();
     field(ctx, "backfill_in_progress", p.running as u64);
     let pct = if p.running {

@@ -5,30 +5,32 @@
 
 #[cfg_attr(test, allow(dead_code))]
 mod alloc;
-pub mod backfill;
-pub mod cluster;
+pub mod args;
+pub mod collections;
 pub mod commands;
 pub mod config;
 pub mod cursor;
 pub mod events;
-pub mod ffi;
 pub mod glob;
-pub mod hash;
-pub mod idle;
 pub mod index;
 #[cfg_attr(test, allow(dead_code))]
 mod info;
+pub mod keyspace;
+#[cfg(test)]
+mod layering;
 #[cfg_attr(test, allow(dead_code))]
 pub mod native;
-pub mod pool;
-pub mod replication;
+pub mod runtime;
+pub mod scan;
+pub mod server;
 pub mod slot;
 pub mod state;
 pub mod unlink;
 
 #[cfg(not(test))]
 mod module {
-    use crate::{backfill, cluster, commands, config, events, ffi, info, replication, state};
+    use crate::keyspace::{backfill, cluster, replication};
+    use crate::{commands, config, events, info, server, state};
     use redis_module::{redis_module, Context, RedisString, Status};
 
     fn databases(ctx: &Context) -> usize {
@@ -60,23 +62,30 @@ mod module {
         }
     }
 
+    /// After a config changed at runtime: the subsystems that act on it.
+    fn on_config_changed(spec: &'static crate::config::Spec, v: i64) {
+        state::on_config_changed(spec, v);
+        crate::native::on_config_changed(spec, v);
+    }
+
     fn init(ctx: &Context, args: &[RedisString]) -> Status {
         // Arguments first: a refused load must leave nothing behind (no
         // thread, no timer, no subscription).
         let args: Vec<&[u8]> = args.iter().map(RedisString::as_slice).collect();
-        if let Err(e) =
-            config::parse_args(&args).and_then(|given| ffi::configs::register(ctx.ctx, &given))
-        {
+        if let Err(e) = config::parse_args(&args).and_then(|given| {
+            let table = (config::CONFIGS, config::PREFIX);
+            server::configs::register(ctx.ctx, table, &given, on_config_changed)
+        }) {
             ctx.log_warning(&format!("snapscan: refusing to load: {e}"));
             return Status::Err;
         }
-        ffi::latency::init(ctx.ctx);
+        server::latency::init(ctx.ctx);
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64)
             ^ u64::from(std::process::id()).rotate_left(32);
         let dbs = databases(ctx);
-        commands::hscan::HASH_FIELD_TTL.store(
+        crate::scan::hscan::HASH_FIELD_TTL.store(
             has_hash_field_ttl(ctx),
             std::sync::atomic::Ordering::Relaxed,
         );
@@ -84,9 +93,11 @@ mod module {
         state::init(dbs, seed);
         // Never switch a server feature off: declare what the module copes with.
         let options = cluster::module_options(ctx.ctx) | replication::module_options();
-        ffi::server::set_module_options(ctx.ctx, options);
+        server::host::set_module_options(ctx.ctx, options);
         cluster::init(ctx.ctx);
-        ffi::clientdb::init(ctx.ctx, ffi::server::valkey_major(ctx.ctx));
+        crate::keyspace::clientdb::init(ctx.ctx, server::host::valkey_major(ctx.ctx));
+        server::native::init(ctx.ctx);
+        crate::native::init();
         if let Err(e) = events::subscribe(ctx.ctx).and_then(|_| commands::register(ctx.ctx)) {
             ctx.log_warning(&format!("snapscan: {e}"));
             return Status::Err;
@@ -98,7 +109,7 @@ mod module {
         state::start_indexer();
         state::start_janitor();
         if backfill::needed(ctx.ctx, dbs) {
-            ffi::log(
+            server::log(
                 ctx.ctx,
                 "notice",
                 "snapscan: data present at load, building the index in the background",

@@ -1,12 +1,13 @@
 //! The module's global state, created once in `init`.
 
+use crate::collections::watch::Watches;
+use crate::collections::CollCopy;
 use crate::config;
 use crate::cursor::{Group, Registry};
-use crate::hash::watch::Watches;
-use crate::hash::CollCopy;
-use crate::index::live::OpenRequest;
+use crate::index::live::{FilterCache, OpenRequest};
 use crate::index::{Key, KeyMap, Live, Op, Snapshot, TypeNames};
-use crate::pool::{Fault, Pool, Reaper};
+use crate::runtime::{Fault, Pool, Reaper};
+use crate::server::locked::{LockedCell, ServerLock};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
@@ -17,8 +18,22 @@ pub struct ScanCursor {
     pub snap: Arc<Snapshot>,
     pub after: Key,
     /// For an iteration opened inside a script: what is known of the
-    /// server's frozen clock (see `commands::scan`); `None` otherwise.
-    pub clock: Option<crate::commands::scan::ScriptClock>,
+    /// server's frozen clock (see `scan::keyspace`); `None` otherwise.
+    pub clock: Option<ScriptClock>,
+}
+
+/// What is known of the frozen clock `T0` (Unix ms) at which the server
+/// judged expiry during the script that opened an iteration:
+/// `lo <= T0 <= hi`. `hi` is the server's cached clock at the cursor-0 call
+/// (the snapshot's instant), which a script running past
+/// `busy-reply-threshold` lets run ahead of `T0`. The cursor-0 call,
+/// inside the script, settles it for the whole snapshot by asking the
+/// server about keys with a TTL (see `scan::keyspace::resolve_clock` and `server::expiry`),
+/// so that later pages, wherever they are served, judge as the script.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScriptClock {
+    pub lo: i64,
+    pub hi: i64,
 }
 
 /// What a registered iteration shares its memory with.
@@ -68,6 +83,9 @@ pub struct Stats {
 pub struct Module {
     /// Live index behind its operation log (see `index::live`).
     live: Live,
+    /// The index's filter as its one writer, the server-lock holder,
+    /// last loaded it (see [`FilterCache`]).
+    filter_cache: LockedCell<FilterCache>,
     /// Databases of the server (`databases` config).
     pub databases: usize,
     /// Module type names seen so far, for TYPE filters.
@@ -79,7 +97,7 @@ pub struct Module {
     pub reaper: Reaper,
     pub stats: Stats,
     /// Calls of the native commands routed by `snapshot.serve-native`.
-    pub native: crate::native::Serving,
+    pub native: NativeServing,
     started: Instant,
     indexer_alive: AtomicBool,
     janitor_alive: AtomicBool,
@@ -89,6 +107,22 @@ pub struct Module {
     pub pause_indexer: AtomicBool,
     /// One bound_retained pass at a time.
     bounding: Mutex<()>,
+}
+
+/// The state of serving the native commands (`native` owns it): per
+/// native command (`native::mode::Native::index`), calls served from a
+/// snapshot, calls run by the native command, iterations restarted
+/// natively; and whether `snapshot.serve-native` was ever on (from then on
+/// the filter routes continuations of the iterations it served whatever
+/// the mode).
+///
+/// Locking: atomics only, relaxed (figures and a one-way flag).
+#[derive(Default)]
+pub struct NativeServing {
+    pub ever_on: AtomicBool,
+    pub served: [AtomicU64; 5],
+    pub native: [AtomicU64; 5],
+    pub restarted: [AtomicU64; 5],
 }
 
 static MODULE: OnceLock<Module> = OnceLock::new();
@@ -111,27 +145,35 @@ impl Module {
     #[inline]
     pub fn push_truth(
         &self,
+        lock: &ServerLock,
         db: usize,
         key: (&[u8], Option<crate::index::Key>),
         hash: u64,
         truth: Option<crate::index::Meta>,
         existed: bool,
     ) -> bool {
-        // Called from notifications and the index build, on the main
-        // thread under the server lock.
-        let lock = crate::ffi::locked::ServerLock::in_callback();
-        self.live
-            .push_truth(&lock, db, (key.0, key.1, hash), truth, existed, &|maps| {
-                self.dispose_maps(maps)
-            })
+        let mut cache = self.filter_cache.replace(lock, FilterCache::default());
+        let logged = self.live.push_truth(
+            &mut cache,
+            db,
+            (key.0, key.1, hash),
+            truth,
+            existed,
+            &|maps| self.dispose_maps(maps),
+        );
+        self.filter_cache.replace(lock, cache);
+        logged
     }
 
     /// Skips the truth of a key that existed and is now a plain string when
     /// the index already says so (see [`Live::skip_if_plain_h`]); `h` is the
     /// hash [`prefetch_truth`](Self::prefetch_truth) returned.
     #[inline]
-    pub fn skip_if_plain_h(&self, lock: &crate::ffi::locked::ServerLock, h: u64) -> bool {
-        self.live.skip_if_plain_h(lock, h)
+    pub fn skip_if_plain_h(&self, lock: &ServerLock, h: u64) -> bool {
+        let mut cache = self.filter_cache.replace(lock, FilterCache::default());
+        let skip = self.live.skip_if_plain_h(&mut cache, h);
+        self.filter_cache.replace(lock, cache);
+        skip
     }
 
     /// Sequence number of the last recorded change.
@@ -198,7 +240,7 @@ impl Module {
 
     /// Runs `job` on a worker thread, or right here if the pool cannot
     /// take it (the job owns its reply guard either way).
-    pub fn on_worker(&self, job: crate::pool::Job) {
+    pub fn on_worker(&self, job: crate::runtime::Job) {
         if let Err(job) = self.pool.submit(job) {
             job();
         }
@@ -249,9 +291,10 @@ impl Module {
 
 /// Creates the global state (idempotent).
 pub fn init(databases: usize, seed: u64) -> &'static Module {
-    crate::pool::set_logger(log_line);
+    crate::runtime::set_logger(log_line);
     MODULE.get_or_init(|| Module {
         live: Live::new(databases),
+        filter_cache: LockedCell::new(FilterCache::default()),
         databases: databases.max(1),
         type_names: Mutex::new(TypeNames::default()),
         cursors: Registry::new(seed),
@@ -264,7 +307,7 @@ pub fn init(databases: usize, seed: u64) -> &'static Module {
         ),
         reaper: Reaper::new(),
         stats: Stats::default(),
-        native: crate::native::Serving::default(),
+        native: NativeServing::default(),
         started: Instant::now(),
         indexer_alive: AtomicBool::new(false),
         janitor_alive: AtomicBool::new(false),
@@ -276,6 +319,16 @@ pub fn init(databases: usize, seed: u64) -> &'static Module {
 
 pub fn try_get() -> Option<&'static Module> {
     MODULE.get()
+}
+
+/// After a config changed at runtime (main thread): what acts on it.
+pub fn on_config_changed(spec: &'static config::Spec, v: i64) {
+    let Some(m) = try_get() else { return };
+    if std::ptr::eq(spec.var, &config::WORKERS) {
+        m.pool.resize(v.max(0) as usize);
+    } else if std::ptr::eq(spec.var, &config::WORKER_NICE) {
+        m.pool.set_nice(v.max(0) as usize);
+    }
 }
 
 /// Bytes of the maps handed to the reaper and not yet dropped.
@@ -346,7 +399,7 @@ pub fn bound_retained(m: &Module) {
 }
 
 fn log_line(msg: &str) {
-    crate::ffi::log(std::ptr::null_mut(), "warning", msg);
+    crate::server::log(std::ptr::null_mut(), "warning", msg);
 }
 
 /// Applies the index's operation log on its own thread, forever; a panic
@@ -354,9 +407,9 @@ fn log_line(msg: &str) {
 pub fn start_indexer() {
     let Some(m) = try_get() else { return };
     m.indexer_alive.store(true, Ordering::SeqCst);
-    let ok = crate::pool::spawn_named("snapscan-indexer".into(), || {
+    let ok = crate::runtime::spawn_named("snapscan-indexer".into(), || {
         if let Some(m) = try_get() {
-            crate::pool::run_supervised("snapscan-indexer", &|| {
+            crate::runtime::run_supervised("snapscan-indexer", &|| {
                 m.live
                     .run_indexer(&|maps: Vec<KeyMap>| m.dispose_maps(maps), &|_| {
                         indexer_tick(m)
@@ -371,7 +424,7 @@ pub fn start_indexer() {
 }
 
 fn indexer_tick(m: &Module) {
-    if crate::pool::take_fault(Fault::Indexer) {
+    if crate::runtime::take_fault(Fault::Indexer) {
         panic!("injected fault (test hook)");
     }
     // Test hook: hold the indexer (bounded, re-checked every millisecond).
@@ -388,11 +441,11 @@ fn indexer_tick(m: &Module) {
 pub fn start_janitor() {
     let Some(m) = try_get() else { return };
     m.janitor_alive.store(true, Ordering::SeqCst);
-    let ok = crate::pool::spawn_named("snapscan-janitor".into(), || {
+    let ok = crate::runtime::spawn_named("snapscan-janitor".into(), || {
         if let Some(m) = try_get() {
-            crate::pool::run_supervised("snapscan-janitor", &|| loop {
+            crate::runtime::run_supervised("snapscan-janitor", &|| loop {
                 std::thread::sleep(Duration::from_millis(250));
-                if crate::pool::take_fault(Fault::Janitor) {
+                if crate::runtime::take_fault(Fault::Janitor) {
                     panic!("injected fault (test hook)");
                 }
                 let idle_ms = config::get(&config::IDLE_TIMEOUT) as u64 * 1000;

@@ -2,7 +2,7 @@
  * noopsub: the "no-op subscriber" arm of the write-cost benchmark (scenario 6).
  *
  * It subscribes to exactly the events snapscan subscribes to (src/events.rs,
- * src/ffi/latency.rs): keyspace events REDISMODULE_NOTIFY_ALL | LOADED | NEW
+ * src/server/latency.rs): keyspace events REDISMODULE_NOTIFY_ALL | LOADED | NEW
  * and the server events FlushDB, SwapDB and Loading, plus, where the server
  * has them, CronLoop, ReplAsyncLoad, Config and Key (the last fires for every
  * key deleted, expired, evicted or overwritten, SET over an existing key

@@ -11,51 +11,7 @@
 
 use std::ffi::CStr;
 
-/// The type of an argument (RedisModuleCommandArgType).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ArgType {
-    String,
-    Integer,
-    /// A key name (the command's key spec 0).
-    Key,
-    Pattern,
-    /// A bare keyword (the token alone).
-    PureToken,
-}
-
-pub struct Arg {
-    pub name: &'static CStr,
-    pub kind: ArgType,
-    /// The keyword before the value (`MATCH pattern`), or the keyword itself
-    /// for a pure token.
-    pub token: Option<&'static CStr>,
-    pub summary: &'static CStr,
-    pub optional: bool,
-    pub multiple: bool,
-}
-
-/// How the command touches its key (first argument), if it has one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KeySpec {
-    None,
-    /// The key at argv position 1, read without modification.
-    ReadAt1,
-}
-
-pub struct Doc {
-    pub name: &'static str,
-    pub summary: &'static CStr,
-    pub since: &'static CStr,
-    pub complexity: &'static CStr,
-    /// As in COMMAND INFO: negative = at least that many (command name included).
-    pub arity: i32,
-    /// Space-separated command tips.
-    pub tips: &'static CStr,
-    /// (version, change) pairs.
-    pub history: &'static [(&'static CStr, &'static CStr)],
-    pub key: KeySpec,
-    pub args: &'static [Arg],
-}
+pub use crate::server::cmdinfo::{Arg, ArgType, Doc, KeySpec};
 
 /// The module version commands first appeared in.
 pub const SINCE: &CStr = c"0.1.0";

@@ -1,41 +1,45 @@
-//! Command registration and the FFI trampolines. Handlers are plain Rust
-//! functions `fn(Ctx, &[&[u8]]) -> Result<(), CmdError>` that either reply
-//! themselves (or block the client) and return `Ok`, or return the error to
-//! reply. No panic crosses into the server: it becomes an error reply.
+//! Command registration and dispatch. Handlers are plain Rust functions
+//! `fn(&ServerLock, Ctx, &[&[u8]]) -> Result<(), CmdError>` that either
+//! reply themselves (or block the client) and return `Ok`, or return the
+//! error to reply. No panic crosses into the server: it becomes an error
+//! reply. The server-lock token comes from the entry trampoline
+//! (`server::entry::command`).
+//!
+//! Owns: the command table and docs. May touch: every handler (`scan`,
+//! `unlink`), the module state, the server layer.
 
-pub mod args;
-pub mod collection;
 pub mod docs;
-pub mod hscan;
-pub mod scan;
-pub mod sscan;
 pub mod testhook;
-pub mod unlink;
-pub mod zscan;
 
-use crate::ffi::{self, reply::Reply, Ctx};
-use args::CmdError;
+use crate::args::CmdError;
+use crate::scan::{hscan, keyspace as scan, sscan, zscan};
+use crate::server::entry::{command, Command};
+use crate::server::locked::ServerLock;
+use crate::server::{self, reply::Reply, Ctx};
+use crate::unlink;
 use redis_module::raw;
 use std::ffi::CString;
 use std::os::raw::c_int;
 
-type Handler = fn(Ctx, &[&[u8]]) -> Result<(), CmdError>;
+type Handler = fn(&ServerLock, Ctx, &[&[u8]]) -> Result<(), CmdError>;
 
 fn dispatch(
+    lock: &ServerLock,
     ctx: Ctx,
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
     handler: Handler,
 ) -> c_int {
-    let args = ffi::command::args(argv, argc);
-    ffi::blocked::take_blocked_flag();
+    let args = server::command::args(argv, argc);
+    server::blocked::take_blocked_flag();
     let started = std::time::Instant::now();
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(ctx, &args)));
+    let outcome =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(lock, ctx, &args)));
     // A client blocked by the handler is answered by its BlockedReply only
     // (also when the handler panicked after blocking it).
-    let blocked = ffi::blocked::take_blocked_flag();
+    let blocked = server::blocked::take_blocked_flag();
     if !blocked {
-        ffi::latency::report(ffi::latency::Event::Inline, started);
+        server::latency::report(server::latency::Event::Inline, started);
     }
     let r = Reply::new(ctx);
     match outcome {
@@ -48,81 +52,36 @@ fn dispatch(
     raw::REDISMODULE_OK as c_int
 }
 
-extern "C" fn snapshot_scan(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    dispatch(ctx, argv, argc, scan::run)
-}
-
-extern "C" fn snapshot_hscan(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    dispatch(ctx, argv, argc, hscan::run)
-}
-
-extern "C" fn snapshot_sscan(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    dispatch(ctx, argv, argc, sscan::run)
-}
-
-extern "C" fn snapshot_zscan(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    dispatch(ctx, argv, argc, zscan::run)
-}
-
-extern "C" fn snapshot_unlink(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    dispatch(ctx, argv, argc, unlink::run)
-}
-
-extern "C" fn snapshot_keys(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    dispatch(ctx, argv, argc, crate::native::keys::run)
-}
-
-/// The module commands of `snapshot.serve-native` (see `native::serve`).
-macro_rules! native_trampoline {
-    ($name:ident, $n:expr) => {
-        extern "C" fn $name(
-            ctx: *mut raw::RedisModuleCtx,
-            argv: *mut *mut raw::RedisModuleString,
-            argc: c_int,
-        ) -> c_int {
-            dispatch(ctx, argv, argc, |ctx, args| {
-                crate::native::serve::run(ctx, args, $n)
-            })
+/// The entry of each command: hands its arguments to the handler.
+macro_rules! command {
+    ($name:ident, $handler:path) => {
+        struct $name;
+        impl Command for $name {
+            fn call(
+                lock: &ServerLock,
+                ctx: Ctx,
+                argv: *mut *mut raw::RedisModuleString,
+                argc: c_int,
+            ) -> c_int {
+                dispatch(lock, ctx, argv, argc, $handler)
+            }
         }
     };
 }
-native_trampoline!(native_scan, crate::native::mode::Native::Scan);
-native_trampoline!(native_keys, crate::native::mode::Native::Keys);
-native_trampoline!(native_hscan, crate::native::mode::Native::Hscan);
-native_trampoline!(native_sscan, crate::native::mode::Native::Sscan);
-native_trampoline!(native_zscan, crate::native::mode::Native::Zscan);
 
-extern "C" fn snapshot_testhook(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    dispatch(ctx, argv, argc, testhook::run)
-}
+command!(SnapshotScan, scan::run);
+command!(SnapshotHscan, hscan::run);
+command!(SnapshotSscan, sscan::run);
+command!(SnapshotZscan, zscan::run);
+command!(SnapshotUnlink, unlink::run);
+command!(SnapshotTesthook, testhook::run);
+command!(SnapshotKeys, crate::native::keys::run);
+// What SCAN, KEYS, HSCAN, SSCAN, ZSCAN become under snapshot.serve-native.
+command!(NativeScan, crate::native::serve::scan);
+command!(NativeKeys, crate::native::serve::keys);
+command!(NativeHscan, crate::native::serve::hscan);
+command!(NativeSscan, crate::native::serve::sscan);
+command!(NativeZscan, crate::native::serve::zscan);
 
 struct Spec {
     name: &'static str,
@@ -135,35 +94,35 @@ struct Spec {
 const COMMANDS: &[Spec] = &[
     Spec {
         name: "snapshot.scan",
-        func: Some(snapshot_scan),
+        func: Some(command::<SnapshotScan>),
         flags: "readonly",
         keys: (0, 0, 0),
         acl: "keyspace read slow",
     },
     Spec {
         name: "snapshot.hscan",
-        func: Some(snapshot_hscan),
+        func: Some(command::<SnapshotHscan>),
         flags: "readonly",
         keys: (1, 1, 1),
         acl: "read hash slow",
     },
     Spec {
         name: "snapshot.sscan",
-        func: Some(snapshot_sscan),
+        func: Some(command::<SnapshotSscan>),
         flags: "readonly",
         keys: (1, 1, 1),
         acl: "read set slow",
     },
     Spec {
         name: "snapshot.zscan",
-        func: Some(snapshot_zscan),
+        func: Some(command::<SnapshotZscan>),
         flags: "readonly",
         keys: (1, 1, 1),
         acl: "read sortedset slow",
     },
     Spec {
         name: "snapshot.unlink",
-        func: Some(snapshot_unlink),
+        func: Some(command::<SnapshotUnlink>),
         // No "denyoom": deleting is how memory is freed.
         flags: "write",
         keys: (0, 0, 0),
@@ -171,7 +130,7 @@ const COMMANDS: &[Spec] = &[
     },
     Spec {
         name: "snapshot.keys",
-        func: Some(snapshot_keys),
+        func: Some(command::<SnapshotKeys>),
         flags: "readonly",
         keys: (0, 0, 0),
         acl: "keyspace read slow dangerous",
@@ -180,35 +139,35 @@ const COMMANDS: &[Spec] = &[
     // snapshot.serve-native: the native command's flags and ACL categories.
     Spec {
         name: "snapshot.native-scan",
-        func: Some(native_scan),
+        func: Some(command::<NativeScan>),
         flags: "readonly",
         keys: (0, 0, 0),
         acl: "keyspace read slow",
     },
     Spec {
         name: "snapshot.native-keys",
-        func: Some(native_keys),
+        func: Some(command::<NativeKeys>),
         flags: "readonly",
         keys: (0, 0, 0),
         acl: "keyspace read slow dangerous",
     },
     Spec {
         name: "snapshot.native-hscan",
-        func: Some(native_hscan),
+        func: Some(command::<NativeHscan>),
         flags: "readonly",
         keys: (1, 1, 1),
         acl: "read hash slow",
     },
     Spec {
         name: "snapshot.native-sscan",
-        func: Some(native_sscan),
+        func: Some(command::<NativeSscan>),
         flags: "readonly",
         keys: (1, 1, 1),
         acl: "read set slow",
     },
     Spec {
         name: "snapshot.native-zscan",
-        func: Some(native_zscan),
+        func: Some(command::<NativeZscan>),
         flags: "readonly",
         keys: (1, 1, 1),
         acl: "read sortedset slow",
@@ -218,7 +177,7 @@ const COMMANDS: &[Spec] = &[
 /// Test-only fault injection (see `testhook`).
 const TESTHOOK: Spec = Spec {
     name: "snapshot.testhook",
-    func: Some(snapshot_testhook),
+    func: Some(command::<SnapshotTesthook>),
     flags: "admin",
     keys: (0, 0, 0),
     acl: "admin dangerous",
@@ -231,10 +190,10 @@ pub fn register(ctx: Ctx) -> Result<(), String> {
     for c in COMMANDS.iter().chain(hooks) {
         let name = CString::new(c.name).map_err(|e| e.to_string())?;
         let flags = CString::new(c.flags).map_err(|e| e.to_string())?;
-        ffi::command::create(ctx, &name, c.func, &flags, c.keys)?;
+        server::command::create(ctx, &name, c.func, &flags, c.keys)?;
         let acl = CString::new(c.acl).map_err(|e| e.to_string())?;
-        if ffi::command::set_acl_categories(ctx, &name, &acl) == Some(false) {
-            ffi::log(
+        if server::command::set_acl_categories(ctx, &name, &acl) == Some(false) {
+            server::log(
                 ctx,
                 "warning",
                 &format!("snapscan: cannot set ACL categories of {}", c.name),
@@ -249,8 +208,8 @@ pub fn register(ctx: Ctx) -> Result<(), String> {
 /// entry in [`docs::DOCS`] (summary, arguments, tips, key specs, arity).
 fn set_docs(ctx: Ctx) {
     for d in docs::DOCS {
-        if let Err(e) = ffi::cmdinfo::set(ctx, d) {
-            ffi::log(ctx, "warning", &format!("snapscan: {e}"));
+        if let Err(e) = server::cmdinfo::set(ctx, d) {
+            server::log(ctx, "warning", &format!("snapscan: {e}"));
         }
     }
 }

@@ -3,9 +3,10 @@
 //! variable `SNAPSCAN_TEST_HOOKS=1` is set when the module loads; a
 //! production server never has it.
 
-use super::args::CmdError;
-use crate::ffi::{reply::Reply, Ctx};
-use crate::pool::{self, Fault};
+use crate::args::CmdError;
+use crate::runtime::{self, Fault};
+use crate::server::locked::ServerLock;
+use crate::server::{reply::Reply, Ctx};
 use crate::state;
 use std::sync::atomic::Ordering;
 
@@ -24,12 +25,12 @@ pub fn at_load() {
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
     {
-        pool::fail_next_spawns(n);
+        runtime::fail_next_spawns(n);
     }
 }
 
 /// `SNAPSHOT.TESTHOOK PANIC indexer|janitor|reaper|worker | PAUSE-INDEXER 0|1 | FAIL-SPAWNS <n>`
-pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
+pub fn run(_lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     let m = state::try_get().ok_or_else(|| CmdError::msg("ERR snapscan is not initialised"))?;
     let (Some(what), Some(arg)) = (args.get(1), args.get(2)) else {
         return Err(CmdError::WrongArity);
@@ -37,11 +38,11 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     let is = |a: &[u8], s: &str| a.eq_ignore_ascii_case(s.as_bytes());
     if is(what, "panic") {
         if is(arg, "indexer") {
-            pool::inject_fault(Fault::Indexer);
+            runtime::inject_fault(Fault::Indexer);
         } else if is(arg, "janitor") {
-            pool::inject_fault(Fault::Janitor);
+            runtime::inject_fault(Fault::Janitor);
         } else if is(arg, "reaper") {
-            pool::inject_fault(Fault::Reaper);
+            runtime::inject_fault(Fault::Reaper);
             m.reaper.dispose(()); // wakes it
         } else if is(arg, "worker") {
             let _ = m
@@ -57,7 +58,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
             .ok()
             .and_then(|s| s.parse::<usize>().ok())
             .ok_or_else(|| CmdError::msg("ERR value is not an integer or out of range"))?;
-        pool::fail_next_spawns(n);
+        runtime::fail_next_spawns(n);
     } else {
         return Err(CmdError::msg("ERR syntax error"));
     }

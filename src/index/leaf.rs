@@ -636,7 +636,7 @@ impl Leaf {
     /// Prefetches the buffer's cache lines (see `KeyMap::get_many`).
     pub fn prefetch(&self) {
         for chunk in self.buf.chunks(64) {
-            crate::ffi::cpu::prefetch(chunk.as_ptr());
+            super::prefetch::prefetch(chunk.as_ptr());
         }
     }
 

@@ -24,7 +24,6 @@ use super::filter::{KeyFilter, MIN_CAPACITY};
 use super::meta::STRING;
 use super::recent::Recent;
 use super::{Key, KeyMap, Keyspace, Meta, Snapshot};
-use crate::ffi::locked::{LockedCell, ServerLock};
 use crate::slot::SlotSet;
 use arc_swap::{ArcSwap, ArcSwapOption};
 use std::collections::{BTreeMap, VecDeque};
@@ -205,11 +204,16 @@ pub struct Live {
     recent_base: usize,
     /// Bumped after every swap of `filter` (SeqCst: see [`Live::with_filter`]).
     filter_gen: AtomicU64,
-    /// The filter in use as the server-lock holder last loaded it, with the
-    /// generation it had then: a plain load and compare per notification
-    /// instead of a guarded `ArcSwap` load.
-    main_filter: LockedCell<Option<(u64, Arc<KeyFilter>)>>,
 }
+
+/// The filter in use as its one writer last loaded it, with the generation
+/// it had then: a plain load and compare per notification instead of a
+/// guarded `ArcSwap` load. The writer of the filter (whoever records
+/// truths: the holder of the server lock) owns exactly one and lends it to
+/// [`Live::push_truth`] and [`Live::skip_if_plain_h`]; the `&mut` borrow
+/// is what makes it one writer at a time.
+#[derive(Default)]
+pub struct FilterCache(Option<(u64, Arc<KeyFilter>)>);
 
 /// What most keys are: a string without expiry.
 const PLAIN: Meta = Meta::plain(STRING);
@@ -248,24 +252,23 @@ impl Live {
             filter_mask: AtomicU64::new(filter_mask),
             recent_base,
             filter_gen: AtomicU64::new(0),
-            main_filter: LockedCell::new(None),
         }
     }
 
-    /// Runs `f` on the filter in use, as cached for the server-lock holder.
+    /// Runs `f` on the filter in use, as cached for its writer.
     /// The indexer swaps a rebuilt filter in, then bumps `filter_gen`, then
     /// clears `rebuild_at` (all SeqCst); a holder that sees `rebuild_at`
     /// cleared therefore sees the new generation and reloads, so no key is
     /// added to a retired filter once keys stop going to both.
     #[inline]
-    fn with_filter<R>(&self, lock: &ServerLock, f: impl FnOnce(&KeyFilter) -> R) -> R {
+    fn with_filter<R>(&self, cache: &mut FilterCache, f: impl FnOnce(&KeyFilter) -> R) -> R {
         let gen = self.filter_gen.load(Ordering::SeqCst);
-        let filter = match self.main_filter.take(lock) {
+        let filter = match cache.0.take() {
             Some((g, cached)) if g == gen => cached,
             _ => self.filter.load_full(),
         };
         let out = f(&filter);
-        self.main_filter.replace(lock, Some((gen, filter)));
+        cache.0 = Some((gen, filter));
         out
     }
 
@@ -279,9 +282,9 @@ impl Live {
         let h = super::filter::hash(key);
         let base = self.filter_base.load(Ordering::Relaxed);
         let block = (h & self.filter_mask.load(Ordering::Relaxed)) as usize;
-        crate::ffi::cpu::prefetch((base as *const u8).wrapping_add(block * 64));
+        super::prefetch::prefetch((base as *const u8).wrapping_add(block * 64));
         let slot = super::recent::slot_of(db, h) * super::recent::SLOT_BYTES;
-        crate::ffi::cpu::prefetch((self.recent_base as *const u8).wrapping_add(slot));
+        super::prefetch::prefetch((self.recent_base as *const u8).wrapping_add(slot));
         h
     }
 
@@ -296,7 +299,7 @@ impl Live {
     #[inline]
     pub fn push_truth(
         &self,
-        lock: &ServerLock,
+        cache: &mut FilterCache,
         db: usize,
         (key, owned, h): (&[u8], Option<Key>, u64),
         truth: Option<Meta>,
@@ -305,8 +308,8 @@ impl Live {
     ) -> bool {
         debug_assert_eq!(h, super::filter::hash(key));
         match truth {
-            Some(m) if m == PLAIN && existed && self.skip_if_plain_h(lock, h) => return false,
-            Some(m) if m != PLAIN => self.note_unusual(lock, h),
+            Some(m) if m == PLAIN && existed && self.skip_if_plain_h(cache, h) => return false,
+            Some(m) if m != PLAIN => self.note_unusual(cache, h),
             _ => {}
         }
         // A key that existed whose last logged truth is this one (an HSET,
@@ -330,8 +333,8 @@ impl Live {
     /// [`push_truth`](Self::push_truth)) and is now a plain string; `h` is
     /// its hash.
     #[inline]
-    pub fn skip_if_plain_h(&self, lock: &ServerLock, h: u64) -> bool {
-        if self.with_filter(lock, |f| f.may_contain_h(h)) {
+    pub fn skip_if_plain_h(&self, cache: &mut FilterCache, h: u64) -> bool {
+        if self.with_filter(cache, |f| f.may_contain_h(h)) {
             return false;
         }
         // One writer at a time (the server lock): no locked add.
@@ -344,7 +347,7 @@ impl Live {
     /// filter (and to the one being rebuilt, first, so that a rebuild that
     /// swaps filters meanwhile cannot miss it); when the filter is full,
     /// asks the indexer for a rebuild from the index.
-    fn note_unusual(&self, lock: &ServerLock, h: u64) {
+    fn note_unusual(&self, cache: &mut FilterCache, h: u64) {
         // No rebuild requested, no filter being rebuilt: only this thread
         // requests one (below), and the indexer clears `next_filter`
         // before `rebuild_at`. A plain load spares a guarded one.
@@ -355,7 +358,7 @@ impl Live {
         }
         // The filter in use is written by the server-lock holder only (a
         // rebuilt one is swapped in after the indexer is done with it).
-        let (full, capacity) = self.with_filter(lock, |f| {
+        let (full, capacity) = self.with_filter(cache, |f| {
             f.add_sole_writer_h(h);
             (f.is_full(), f.capacity())
         });
@@ -1013,7 +1016,7 @@ mod tests {
         let live = Live::new(2);
         for (db, k, t) in before {
             live.push_truth(
-                &ServerLock::in_callback(),
+                &mut FilterCache::default(),
                 *db,
                 (k.as_bytes(), None, crate::index::filter::hash(k.as_bytes())),
                 meta(*t),
@@ -1025,7 +1028,7 @@ mod tests {
         let (db, k, t) = now;
         assert_eq!(
             live.push_truth(
-                &ServerLock::in_callback(),
+                &mut FilterCache::default(),
                 db,
                 (k.as_bytes(), None, crate::index::filter::hash(k.as_bytes())),
                 meta(t),
@@ -1049,7 +1052,7 @@ mod tests {
         let hash = Some(Meta::new(2, None));
         let live = Live::new(2);
         assert!(live.push_truth(
-            &ServerLock::in_callback(),
+            &mut FilterCache::default(),
             0,
             (b"h", None, crate::index::filter::hash(b"h")),
             hash,
@@ -1057,7 +1060,7 @@ mod tests {
             NOTHING
         ));
         assert!(!live.push_truth(
-            &ServerLock::in_callback(),
+            &mut FilterCache::default(),
             0,
             (b"h", None, crate::index::filter::hash(b"h")),
             hash,
@@ -1066,7 +1069,7 @@ mod tests {
         ));
         live.push(op, NOTHING);
         assert!(live.push_truth(
-            &ServerLock::in_callback(),
+            &mut FilterCache::default(),
             0,
             (b"h", None, crate::index::filter::hash(b"h")),
             hash,

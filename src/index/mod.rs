@@ -5,12 +5,17 @@
 //! snapshot); a [`Snapshot`] is an O(1) clone of a map's root that later
 //! writes never change (path copying), so workers walk it without any lock.
 //! See docs/DESIGN.md for why this structure.
+//!
+//! Part of the pure core: may touch only the core (`glob`, `slot`); the
+//! server-lock holder's part of the filter is a [`live::FilterCache`] it
+//! owns and lends.
 
 pub mod filter;
 pub mod key;
 pub mod leaf;
 pub mod live;
 pub mod meta;
+pub mod prefetch;
 pub mod recent;
 pub mod tree;
 pub mod walk;

@@ -111,7 +111,7 @@ impl Branch {
     #[inline]
     fn prefetch(&self) {
         for i in [31, 15, 47, 7, 23, 39, 55] {
-            crate::ffi::cpu::prefetch(self.keys.as_ptr().wrapping_add(i));
+            super::prefetch::prefetch(self.keys.as_ptr().wrapping_add(i));
         }
     }
 }
@@ -424,7 +424,7 @@ impl KeyMap {
                         // too deep to record is searched again.
                         let _ = path.push(ci);
                         *arc = &b.children[ci];
-                        crate::ffi::cpu::prefetch(Arc::as_ptr(*arc));
+                        super::prefetch::prefetch(Arc::as_ptr(*arc));
                     }
                 }
             }

@@ -1,10 +1,11 @@
 //! SNAPSHOT.KEYS pattern
 
-use crate::commands::args::CmdError;
-use crate::commands::scan::index_ready;
-use crate::ffi::{self, blocked::BlockedReply, Ctx};
+use crate::args::CmdError;
 use crate::glob::Pattern;
 use crate::index::walk::{walk_snapshot_at, ScanSpec};
+use crate::scan::keyspace::index_ready;
+use crate::server::locked::ServerLock;
+use crate::server::{self, blocked::BlockedReply, Ctx};
 use crate::state::{self, Module};
 
 /// `SNAPSHOT.KEYS pattern`
@@ -14,26 +15,26 @@ use crate::state::{self, Module};
 /// waits, the main thread only cuts the snapshot and hands the finished
 /// reply over. Where the client cannot be blocked (MULTI, Lua, functions)
 /// KEYS itself answers.
-pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
+pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     let [_, pattern] = args else {
         return Err(CmdError::WrongArity);
     };
-    if ffi::blocking_denied(ctx) {
-        return ffi::native::forward(ctx, c"KEYS", &[pattern])
+    if server::blocking_denied(ctx) {
+        return server::native::forward(ctx, c"KEYS", &[pattern])
             .map_err(|e| CmdError::msg(format!("ERR snapscan: cannot run keys: {e}")));
     }
     let m = state::try_get().ok_or_else(|| CmdError::msg("ERR snapscan is not initialised"))?;
     state::ensure_threads(m);
-    crate::events::settle();
-    crate::idle::in_use(ctx, m, true).map_err(CmdError::msg)?;
+    crate::keyspace::tracking::settle(lock);
+    crate::keyspace::in_use(lock, ctx, m, true).map_err(CmdError::msg)?;
     index_ready()?;
-    let db = ffi::selected_db(ctx);
+    let db = server::selected_db(ctx);
     Module::bump(&m.stats.snapshots_opened, 1);
     Module::bump(&m.stats.scans, 1);
     let req = m.open_in(
         db,
-        ffi::command_time_ms(),
-        crate::cluster::visible_slots(ctx),
+        server::command_time_ms(),
+        crate::keyspace::cluster::visible_slots(ctx),
     );
     let spec = ScanSpec {
         pattern: Some(Pattern::new(pattern)),

@@ -3,13 +3,14 @@
 //! Owns: the mode's flags ([`mode`]), the decision of how one call is
 //! served ([`plan`]), the module commands the filter routes SCAN, KEYS,
 //! HSCAN, SSCAN and ZSCAN to and SNAPSHOT.KEYS ([`serve`], [`keys`]), and
-//! their state ([`Serving`], a field of `state::Module`: counters, and
-//! whether the mode was ever on).
+//! their state (`state::NativeServing`, a field of `state::Module`:
+//! counters, and whether the mode was ever on), the command filter
+//! ([`filter`]).
 //!
-//! May touch: the SNAPSHOT.* machinery (`commands::scan`,
-//! `commands::collection`), the module state, and the FFI wrappers of
-//! `ffi::native` (the filter step and the native call). The filter itself
-//! is the module's one command filter (`ffi::clientdb`); the config row is
+//! May touch: the SNAPSHOT.* machinery (`scan::keyspace`,
+//! `scan::collection`), the module state, the configs, and the server
+//! layer's `server::native` (registering the filter, reading and
+//! rewriting the call, the ACL check, the native call). The config row is
 //! `config::SERVE_NATIVE`. [`mode`] and [`plan`] are pure.
 //!
 //! The rules (README, "Serving the native commands"): a call is served from
@@ -19,27 +20,15 @@
 //! functions run the native command. An issued cursor whose iteration is
 //! gone restarts the iteration with the native command at cursor 0.
 
+pub mod filter;
 pub mod keys;
 pub mod mode;
 pub mod plan;
 pub mod serve;
 
+use crate::state::NativeServing;
 use mode::Native;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-
-/// Per native command: calls served from a snapshot, calls run by the
-/// native command, iterations restarted natively; and whether the mode was
-/// ever on (from then on the filter routes continuations of the
-/// iterations it served whatever the mode, see `mode::route`).
-///
-/// Locking: atomics only, relaxed (figures and a one-way flag).
-#[derive(Default)]
-pub struct Serving {
-    ever_on: AtomicBool,
-    served: [AtomicU64; 5],
-    native: [AtomicU64; 5],
-    restarted: [AtomicU64; 5],
-}
+use std::sync::atomic::Ordering;
 
 /// What became of one routed call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,46 +38,59 @@ pub enum Outcome {
     Restarted,
 }
 
-impl Serving {
-    /// Whether the filter should look at routable commands with mode
-    /// `bits` now (one relaxed load while the mode was never on).
-    pub fn watching(&self, bits: i64) -> bool {
-        if bits != 0 {
-            if !self.ever_on.load(Ordering::Relaxed) {
-                self.ever_on.store(true, Ordering::Relaxed);
-            }
-            return true;
+/// Counts a call of `n` as `o`.
+pub fn count(s: &NativeServing, n: Native, o: Outcome) {
+    let a = match o {
+        Outcome::Served => &s.served,
+        Outcome::Native => &s.native,
+        Outcome::Restarted => &s.restarted,
+    };
+    a[n.index()].fetch_add(1, Ordering::Relaxed);
+}
+
+/// Whether the filter should look at routable commands with mode `bits`
+/// now (one relaxed load while the mode was never on).
+pub fn watching(s: &NativeServing, bits: i64) -> bool {
+    if bits != 0 {
+        if !s.ever_on.load(Ordering::Relaxed) {
+            s.ever_on.store(true, Ordering::Relaxed);
         }
-        self.ever_on.load(Ordering::Relaxed)
+        return true;
     }
+    s.ever_on.load(Ordering::Relaxed)
+}
 
-    pub fn count(&self, n: Native, o: Outcome) {
-        let a = match o {
-            Outcome::Served => &self.served,
-            Outcome::Native => &self.native,
-            Outcome::Restarted => &self.restarted,
-        };
-        a[n.index()].fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// INFO fields: `native_<cmd>_served|native|restarted`.
-    pub fn figures(&self) -> Vec<(String, u64)> {
-        let mut v = Vec::with_capacity(15);
-        for n in Native::ALL {
-            let i = n.index();
+/// INFO fields: `native_<cmd>_served|native|restarted`.
+pub fn figures(s: &NativeServing) -> Vec<(String, u64)> {
+    let mut v = Vec::with_capacity(15);
+    for n in Native::ALL {
+        let i = n.index();
+        for (what, a) in [
+            ("served", &s.served),
+            ("native", &s.native),
+            ("restarted", &s.restarted),
+        ] {
             v.push((
-                format!("native_{}_served", n.name()),
-                self.served[i].load(Ordering::Relaxed),
-            ));
-            v.push((
-                format!("native_{}_native", n.name()),
-                self.native[i].load(Ordering::Relaxed),
-            ));
-            v.push((
-                format!("native_{}_restarted", n.name()),
-                self.restarted[i].load(Ordering::Relaxed),
+                format!("native_{}_{what}", n.name()),
+                a[i].load(Ordering::Relaxed),
             ));
         }
-        v
+    }
+    v
+}
+
+/// OnLoad: registers the filter when the mode is on from the start.
+pub fn init() {
+    if crate::config::SERVE_NATIVE.load(Ordering::Relaxed) != 0 {
+        filter::register();
+    }
+}
+
+/// After a runtime config change: the filter is registered the first
+/// time the mode is switched on, so a server that never uses it pays
+/// nothing per command.
+pub fn on_config_changed(spec: &'static crate::config::Spec, v: i64) {
+    if std::ptr::eq(spec.var, &crate::config::SERVE_NATIVE) && v != 0 {
+        filter::register();
     }
 }

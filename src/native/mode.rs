@@ -82,32 +82,9 @@ impl Native {
 /// Every flag set (`all`).
 pub const ALL: i64 = 31;
 
-/// The names CONFIG GET/SET use, with their values: `none`, `all`, and
-/// one per command. The server renders a value as `all` or `none` when it
-/// equals one, else as the single flags it holds.
-pub fn names() -> [(&'static str, i64); 7] {
-    [
-        ("none", 0),
-        ("scan", Native::Scan.bit()),
-        ("keys", Native::Keys.bit()),
-        ("hscan", Native::Hscan.bit()),
-        ("sscan", Native::Sscan.bit()),
-        ("zscan", Native::Zscan.bit()),
-        ("all", ALL),
-    ]
-}
-
-/// Parses a value as the server's flags configs take it: names separated
-/// by spaces, any case; `none` alone (or an empty value) is 0.
+/// Parses a `snapshot.serve-native` value (see `config::parse_flags`).
 pub fn parse(v: &[u8]) -> Option<i64> {
-    let mut bits = 0;
-    for word in v.split(|&b| b == b' ').filter(|w| !w.is_empty()) {
-        let (_, b) = names()
-            .into_iter()
-            .find(|(n, _)| word.eq_ignore_ascii_case(n.as_bytes()))?;
-        bits |= b;
-    }
-    Some(bits)
+    crate::config::parse_flags(crate::config::SERVE_NATIVE_NAMES, v)
 }
 
 /// The value as CONFIG GET shows it.
@@ -151,7 +128,7 @@ pub fn route<'a>(
         return Some(n);
     }
     let at = cursor_at(n)?;
-    crate::commands::args::parse_cursor(arg(at))
+    crate::args::parse_cursor(arg(at))
         .is_ok_and(crate::cursor::is_issued)
         .then_some(n)
 }
@@ -177,6 +154,19 @@ mod tests {
     #[case(b"clusterscan", None)]
     fn parses(#[case] v: &[u8], #[case] want: Option<i64>) {
         assert_eq!(parse(v), want);
+    }
+
+    #[test]
+    fn the_config_names_are_the_flags() {
+        for n in Native::ALL {
+            assert_eq!(parse(n.name().as_bytes()), Some(n.bit()));
+        }
+        assert_eq!(parse(b"all"), Some(ALL));
+        assert_eq!(
+            Native::ALL.iter().map(|n| n.bit()).sum::<i64>(),
+            ALL,
+            "all is every flag"
+        );
     }
 
     #[rstest]

@@ -3,7 +3,7 @@
 //! native command. Pure: no server types.
 
 use super::mode::Native;
-use crate::commands::args::{parse_cursor, parse_options, Allowed};
+use crate::args::{parse_cursor, parse_options, Allowed};
 use crate::cursor::is_issued;
 
 /// Pages of at least this many keys (SCAN): COUNT is a hint, and a

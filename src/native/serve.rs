@@ -5,10 +5,11 @@
 use super::mode::Native;
 use super::plan::{self, Plan, SMALL_COLLECTION};
 use super::Outcome;
-use crate::commands::args::CmdError;
-use crate::commands::{collection, scan};
-use crate::ffi::{self, keys, Ctx};
-use crate::hash::Kind;
+use crate::args::CmdError;
+use crate::collections::Kind;
+use crate::scan::{collection, keyspace as scan};
+use crate::server::locked::ServerLock;
+use crate::server::{self, keys, Ctx};
 use crate::state;
 
 /// `snapshot.native-<cmd> <the native command's arguments>`: what SCAN,
@@ -20,12 +21,12 @@ use crate::state;
 /// snapscan issued, the arguments are refused, or a collection is small
 /// enough to come back whole natively. An issued cursor whose iteration is
 /// gone (idle timeout, eviction, restart, failover) restarts natively at 0.
-pub fn run(ctx: Ctx, args: &[&[u8]], n: Native) -> Result<(), CmdError> {
+pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]], n: Native) -> Result<(), CmdError> {
     let native_args = args.get(1..).unwrap_or_default();
     let Some(m) = state::try_get() else {
         return native(ctx, n, native_args, Outcome::Native);
     };
-    if ffi::blocking_denied(ctx) {
+    if server::blocking_denied(ctx) {
         return native(ctx, n, native_args, Outcome::Native);
     }
     let p = plan::plan(n, native_args, |t| m.type_names().lookup(t).is_some());
@@ -46,19 +47,19 @@ pub fn run(ctx: Ctx, args: &[&[u8]], n: Native) -> Result<(), CmdError> {
     }
     let refs: Vec<&[u8]> = sargs.iter().map(Vec::as_slice).collect();
     let served = match n {
-        Native::Scan => scan::run_with(ctx, &refs, true),
-        Native::Keys => super::keys::run(ctx, &refs),
+        Native::Scan => scan::run_with(lock, ctx, &refs, true),
+        Native::Keys => super::keys::run(lock, ctx, &refs),
         Native::Hscan => collection::run_with(ctx, &refs, Kind::Hash, true),
         Native::Sscan => collection::run_with(ctx, &refs, Kind::Set, true),
         Native::Zscan => collection::run_with(ctx, &refs, Kind::Zset, true),
     };
     match served {
         Ok(()) => {
-            m.native.count(n, Outcome::Served);
+            super::count(&m.native, n, Outcome::Served);
             Ok(())
         }
         // Already answered (a blocked client gets its reply from the worker).
-        Err(e) if ffi::blocked::blocked_now() => Err(e),
+        Err(e) if server::blocked::blocked_now() => Err(e),
         // The snapshot cannot serve this call (an iteration that is gone,
         // the index still loading, a type error...): the native command
         // answers, from cursor 0 when the cursor was snapscan's.
@@ -74,7 +75,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]], n: Native) -> Result<(), CmdError> {
 /// Whether the collection at `key` has at most [`SMALL_COLLECTION`]
 /// elements (a missing key counts as small: the native reply is empty).
 fn small(ctx: Ctx, key: &[u8]) -> bool {
-    match ffi::OwnedString::new(ctx, key) {
+    match server::OwnedString::new(ctx, key) {
         Some(name) => keys::value_len(ctx, name.ptr()) <= SMALL_COLLECTION,
         None => false,
     }
@@ -83,7 +84,7 @@ fn small(ctx: Ctx, key: &[u8]) -> bool {
 /// Runs the native command `n` with `args` and counts the call as `o`.
 pub(super) fn native(ctx: Ctx, n: Native, args: &[&[u8]], o: Outcome) -> Result<(), CmdError> {
     if let Some(m) = state::try_get() {
-        m.native.count(n, o);
+        super::count(&m.native, n, o);
     }
     let name = match n {
         Native::Scan => c"SCAN",
@@ -92,6 +93,27 @@ pub(super) fn native(ctx: Ctx, n: Native, args: &[&[u8]], o: Outcome) -> Result<
         Native::Sscan => c"SSCAN",
         Native::Zscan => c"ZSCAN",
     };
-    ffi::native::forward(ctx, name, args)
+    server::native::forward(ctx, name, args)
         .map_err(|e| CmdError::msg(format!("ERR snapscan: cannot run {}: {e}", n.name())))
+}
+
+/// The entries of the module commands (one per routed native command).
+pub fn scan(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
+    run(lock, ctx, args, Native::Scan)
+}
+
+pub fn keys(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
+    run(lock, ctx, args, Native::Keys)
+}
+
+pub fn hscan(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
+    run(lock, ctx, args, Native::Hscan)
+}
+
+pub fn sscan(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
+    run(lock, ctx, args, Native::Sscan)
+}
+
+pub fn zscan(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
+    run(lock, ctx, args, Native::Zscan)
 }

@@ -1,11 +1,12 @@
 //! SNAPSHOT.ZSCAN key cursor [MATCH pattern] [COUNT count] [NOSCORES]
 
-use super::args::CmdError;
 use super::collection;
-use crate::ffi::Ctx;
-use crate::hash::Kind;
+use crate::args::CmdError;
+use crate::collections::Kind;
+use crate::server::locked::ServerLock;
+use crate::server::Ctx;
 
 /// `SNAPSHOT.ZSCAN key cursor [MATCH pattern] [COUNT count] [NOSCORES]`
-pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
+pub fn run(_lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     collection::run(ctx, args, Kind::Zset)
 }

@@ -16,7 +16,7 @@
 
 use super::call::{bytes, element, reply_len, reply_type, CallReply};
 use super::{api, string_bytes, Ctx, OwnedString};
-use crate::hash::{Builder, Kind, OverLimit};
+use crate::collections::{Builder, Kind, OverLimit};
 use redis_module::raw;
 use std::os::raw::{c_longlong, c_void};
 

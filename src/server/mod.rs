@@ -1,6 +1,13 @@
-//! Thin, audited wrappers over the raw module API. Everything that touches
-//! server pointers, and every `unsafe` of the crate (but the global
-//! allocator, `alloc.rs`), lives under `ffi/`; the rest is plain Rust.
+//! The server layer: thin, audited wrappers over the raw module API.
+//! Everything that touches server pointers, and every `unsafe` of the crate
+//! (but the global allocator, `alloc.rs`, and the CPU prefetch hint,
+//! `index/prefetch.rs`), lives here; the rest is plain Rust. The entry
+//! points the server calls (`entry`, `mainloop`) are the only code that
+//! mints the server-lock token (`locked`).
+//!
+//! Owns: the raw API, its types and callbacks. May touch: the pure core
+//! only (key metadata, slot sets, collection copies); what the module
+//! registers (configs, command docs) is handed in by the layers above.
 
 pub mod blocked;
 pub mod call;
@@ -9,8 +16,10 @@ pub mod cmdinfo;
 pub mod collcopy;
 pub mod command;
 pub mod configs;
-pub mod cpu;
+pub mod deletion;
+pub mod entry;
 pub mod expiry;
+pub mod host;
 pub mod info;
 pub mod keys;
 pub mod latency;
@@ -19,11 +28,9 @@ pub mod mainloop;
 pub mod native;
 pub mod reply;
 pub mod scan;
-pub mod server;
 pub mod subscribe;
 pub mod thread;
 pub mod thread_ctx;
-pub mod unlink;
 
 use redis_module::raw;
 use std::ffi::CString;

@@ -13,9 +13,10 @@
 //! answers `LOADING` with the progress until it is done). An aborted load
 //! leaves the old dataset, and the old index, untouched.
 
-use crate::ffi::{self, Ctx};
+use super::backfill;
 use crate::index::Op;
-use crate::{backfill, state};
+use crate::server::{self, Ctx};
+use crate::state;
 use redis_module::raw;
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,10 +49,10 @@ pub fn owns_failed_load() -> bool {
 }
 
 /// A `ReplAsyncLoad` server event.
-pub fn on_async_load(ctx: Ctx, subevent: u64) {
+pub fn on_async_load(lock: &crate::server::locked::ServerLock, ctx: Ctx, subevent: u64) {
     match subevent {
         raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_STARTED => {
-            ffi::log(
+            server::log(
                 ctx,
                 "notice",
                 "snapscan: async load started: serving the old index meanwhile",
@@ -63,7 +64,7 @@ pub fn on_async_load(ctx: Ctx, subevent: u64) {
         raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_COMPLETED => {
             ASYNC_LOADING.store(false, Ordering::SeqCst);
             let Some(m) = state::try_get() else { return };
-            ffi::log(
+            server::log(
                 ctx,
                 "notice",
                 "snapscan: replica loaded a new dataset, rebuilding the index from it",
@@ -71,12 +72,12 @@ pub fn on_async_load(ctx: Ctx, subevent: u64) {
             m.watches.bump_all();
             m.push(Op::FlushAll);
             // A dropped index is rebuilt at its next use instead.
-            if !crate::idle::dropped(&crate::ffi::locked::ServerLock::in_callback()) {
+            if !super::idle::dropped(lock) {
                 backfill::start(ctx);
             }
         }
         raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_ABORTED => {
-            ffi::log(
+            server::log(
                 ctx,
                 "notice",
                 "snapscan: async load aborted: the old index stays",

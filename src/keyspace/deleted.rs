@@ -7,9 +7,10 @@
 //! is re-created); an overwritten one is re-read by the notification of the
 //! write that overwrites it, so only copies of its hash are invalidated.
 
-use crate::ffi::locked::{LockedCell, ServerLock};
+use super::replication;
 use crate::index::{Key, Op};
-use crate::{replication, state};
+use crate::server::locked::{LockedCell, ServerLock};
+use crate::state;
 use redis_module::raw;
 
 /// The last key whose deletion was logged by a `Key` event or by a
@@ -49,22 +50,21 @@ pub fn log_gone(
 }
 
 /// A `Key` server event about `name` in `db`.
-pub fn on_key_unlinked(subevent: u64, db: usize, name: &[u8]) {
+pub fn on_key_unlinked(lock: &ServerLock, subevent: u64, db: usize, name: &[u8]) {
     // A replica's async load discards keys of its temporary database.
     if replication::async_loading() {
         return;
     }
     let Some(m) = state::try_get() else { return };
-    let lock = ServerLock::in_callback();
-    if crate::idle::dropped(&lock) {
+    if crate::keyspace::idle::dropped(lock) {
         return m.watches.bump(db, name); // no index to keep
     }
-    let already = take_gone(&lock, db, name);
+    let already = take_gone(lock, db, name);
     m.watches.bump(db, name);
     match subevent {
         raw::REDISMODULE_SUBEVENT_KEY_DELETED
         | raw::REDISMODULE_SUBEVENT_KEY_EXPIRED
-        | raw::REDISMODULE_SUBEVENT_KEY_EVICTED => log_gone(&lock, m, db, name, already),
+        | raw::REDISMODULE_SUBEVENT_KEY_EVICTED => log_gone(lock, m, db, name, already),
         _ => {}
     }
 }

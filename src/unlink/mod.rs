@@ -1,17 +1,23 @@
 //! SNAPSHOT.UNLINK pattern [TYPE type] [DRYRUN]
+//!
+//! Owns: deletions by pattern in flight (a worker walking a snapshot, the
+//! main thread deleting in slices). May touch: the module state, the
+//! keyspace subsystems, `scan::keyspace` (index readiness, inline budget),
+//! the server layer (`deletion`: user, ACL, `UNLINK`) and the core.
 
-use super::args::{CmdError, SYNTAX};
-use crate::ffi::reply::Reply;
-use crate::ffi::unlink::{self as server, User};
-use crate::ffi::{self, blocked::BlockedReply, keys, mainloop, Ctx, OwnedString};
+use crate::args::{CmdError, SYNTAX};
+use crate::collections::touched::Tracking;
 use crate::glob::Pattern;
-use crate::hash::touched::Tracking;
 use crate::index::live::OpenRequest;
 use crate::index::walk::{walk, ScanSpec};
 use crate::index::{Key, Snapshot};
+use crate::server::deletion::{self as deletion, User};
+use crate::server::locked::ServerLock;
+use crate::server::reply::Reply;
+use crate::server::{self, blocked::BlockedReply, keys, mainloop, Ctx, OwnedString};
 use crate::state::{self, Module};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,7 +26,6 @@ use std::time::{Duration, Instant};
 const SLICE_TIME: Duration = Duration::from_micros(600);
 /// `snapshot.unlink-batch`: keys one slice handles at most (the slice also
 /// ends after about [`SLICE_TIME`]).
-pub static UNLINK_BATCH: AtomicI64 = AtomicI64::new(10_000);
 /// Keys per `UNLINK` call (and between two clock checks).
 const BATCH: usize = 64;
 /// Keys the worker hands over at a time.
@@ -77,7 +82,7 @@ impl Found {
 /// loop, skipping keys the caller may not write, keys written since the
 /// call and (in cluster mode) keys of slots this node does not own. The
 /// caller waits for the count.
-pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
+pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     if args.len() < 2 {
         return Err(CmdError::WrongArity);
     }
@@ -94,12 +99,12 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
         }
     }
     let m = state::try_get().ok_or_else(|| CmdError::msg("ERR snapscan is not initialised"))?;
-    if ffi::blocking_denied(ctx) {
+    if server::blocking_denied(ctx) {
         return Err(CmdError::msg(IN_TRANSACTION));
     }
-    crate::events::settle();
-    crate::idle::in_use(ctx, m, true).map_err(CmdError::msg)?;
-    super::scan::index_ready()?;
+    crate::keyspace::tracking::settle(lock);
+    crate::keyspace::in_use(lock, ctx, m, true).map_err(CmdError::msg)?;
+    crate::scan::keyspace::index_ready()?;
     let type_filter = match type_name {
         None => None,
         Some(t) => Some(m.type_names().lookup(t).ok_or_else(|| {
@@ -109,16 +114,16 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
             ))
         })?),
     };
-    if !server::acl_checks_available() {
+    if !deletion::acl_checks_available() {
         return Err(CmdError::msg(
             "ERR snapscan: this server cannot check key permissions for a module; SNAPSHOT.UNLINK is unavailable",
         ));
     }
-    let user = server::current_user_name(ctx)
+    let user = deletion::current_user_name(ctx)
         .ok_or_else(|| CmdError::msg("ERR snapscan: cannot tell the calling user"))?;
-    let db = ffi::selected_db(ctx);
+    let db = server::selected_db(ctx);
     // The instant: the snapshot and the record of later writes start here.
-    let req = m.open(db, ffi::command_time_ms());
+    let req = m.open(db, server::command_time_ms());
     let tracking = m.watches.touched.track(db, pattern.clone());
     Module::bump(&m.watches.touched.stats.calls, 1);
     let spec = ScanSpec {
@@ -183,7 +188,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
             m.reaper.dispose(snap);
         }));
     }
-    mainloop::run_in_steps(ctx, Box::new(move |tctx| task.step(tctx)));
+    mainloop::run_in_steps(ctx, Box::new(move |_lock, tctx| task.step(tctx)));
     Ok(())
 }
 
@@ -200,7 +205,7 @@ fn small_match(
         return Err(None);
     }
     let snap = m
-        .try_snapshot(req, super::scan::INLINE_APPLY_MAX)
+        .try_snapshot(req, crate::scan::keyspace::INLINE_APPLY_MAX)
         .ok_or(None)?;
     let small = ScanSpec {
         count: limit,
@@ -232,19 +237,19 @@ struct Task {
 
 impl Task {
     fn step(&mut self, ctx: Ctx) -> mainloop::Next {
-        let (started, cpu) = (Instant::now(), server::thread_cpu_us());
-        let switches = server::thread_voluntary_switches();
+        let (started, cpu) = (Instant::now(), deletion::thread_cpu_us());
+        let switches = deletion::thread_voluntary_switches();
         let next = self.slice(ctx);
-        crate::ffi::latency::report(crate::ffi::latency::Event::Unlink, started);
+        crate::server::latency::report(crate::server::latency::Event::Unlink, started);
         let us = started.elapsed().as_micros() as u64;
         let stats = &self.m.watches.touched.stats;
         stats.longest_slice_us.fetch_max(us, Ordering::Relaxed);
-        let cpu_us = server::thread_cpu_us().saturating_sub(cpu);
+        let cpu_us = deletion::thread_cpu_us().saturating_sub(cpu);
         stats
             .longest_slice_cpu_us
             .fetch_max(cpu_us, Ordering::Relaxed);
         Module::bump(&stats.slices, 1);
-        if server::thread_voluntary_switches() != switches {
+        if deletion::thread_voluntary_switches() != switches {
             Module::bump(&stats.slices_blocked, 1);
         }
         next
@@ -258,21 +263,21 @@ impl Task {
             Module::bump(&stats.stopped, 1);
             return self.answer(Ok(()));
         }
-        if !self.dryrun && server::read_only_replica(ctx) {
+        if !self.dryrun && deletion::read_only_replica(ctx) {
             Module::bump(&stats.stopped, 1);
             return self.answer(Err(format!(
                 "READONLY You can't write against a read only replica. ({} keys unlinked before this server became one)",
                 self.count
             )));
         }
-        ffi::select_db(ctx, self.db);
+        server::select_db(ctx, self.db);
         // Looked up again every slice: the user may be changed or deleted
         // meanwhile (then nothing more is deleted).
         let user = User::by_name(ctx, &self.user);
         // Cluster mode: the slots owned now (`None`: every key is).
-        let owned = crate::cluster::owned_slots(ctx);
+        let owned = crate::keyspace::cluster::owned_slots(ctx);
         let (started, mut handled) = (Instant::now(), 0usize);
-        let slice_keys = crate::config::get(&UNLINK_BATCH).max(1);
+        let slice_keys = crate::config::get(&crate::config::UNLINK_BATCH).max(1);
         while handled < slice_keys && started.elapsed() < SLICE_TIME {
             let Some(batch) = self.found.take(BATCH.min(slice_keys - handled)) else {
                 // The worker is still searching: look again in 1 ms (or on
@@ -350,17 +355,17 @@ impl Task {
 /// A failed call stops there: `Err((keys unlinked before it, the server's
 /// error))`.
 fn unlink_names(ctx: Ctx, names: Vec<OwnedString>) -> Result<u64, (u64, String)> {
-    if !ffi::server::cluster_mode(ctx) {
-        return server::unlink(ctx, &names).map_err(|e| (0, e));
+    if !server::host::cluster_mode(ctx) {
+        return deletion::unlink(ctx, &names).map_err(|e| (0, e));
     }
     let mut by_slot: Vec<(u16, OwnedString)> = names
         .into_iter()
-        .map(|n| (crate::slot::key_slot(ffi::string_bytes(n.ptr())), n))
+        .map(|n| (crate::slot::key_slot(server::string_bytes(n.ptr())), n))
         .collect();
     by_slot.sort_by_key(|(slot, _)| *slot);
     sum_runs(by_slot.chunk_by(|a, b| a.0 == b.0), |run| {
         let run: Vec<&OwnedString> = run.iter().map(|(_, n)| n).collect();
-        server::unlink_refs(ctx, &run)
+        deletion::unlink_refs(ctx, &run)
     })
 }
 

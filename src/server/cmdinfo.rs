@@ -3,10 +3,56 @@
 //! (the server copies what it keeps).
 
 use super::{api, Ctx};
-use crate::commands::docs::{Arg, ArgType, Doc, KeySpec};
 use redis_module::raw;
+use std::ffi::CStr;
 use std::ffi::CString;
 use std::os::raw::c_int;
+
+/// The type of an argument (RedisModuleCommandArgType).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArgType {
+    String,
+    Integer,
+    /// A key name (the command's key spec 0).
+    Key,
+    Pattern,
+    /// A bare keyword (the token alone).
+    PureToken,
+}
+
+pub struct Arg {
+    pub name: &'static CStr,
+    pub kind: ArgType,
+    /// The keyword before the value (`MATCH pattern`), or the keyword itself
+    /// for a pure token.
+    pub token: Option<&'static CStr>,
+    pub summary: &'static CStr,
+    pub optional: bool,
+    pub multiple: bool,
+}
+
+/// How the command touches its key (first argument), if it has one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeySpec {
+    None,
+    /// The key at argv position 1, read without modification.
+    ReadAt1,
+}
+
+pub struct Doc {
+    pub name: &'static str,
+    pub summary: &'static CStr,
+    pub since: &'static CStr,
+    pub complexity: &'static CStr,
+    /// As in COMMAND INFO: negative = at least that many (command name included).
+    pub arity: i32,
+    /// Space-separated command tips.
+    pub tips: &'static CStr,
+    /// (version, change) pairs.
+    pub history: &'static [(&'static CStr, &'static CStr)],
+    pub key: KeySpec,
+    pub args: &'static [Arg],
+}
 
 fn zeroed_arg() -> raw::RedisModuleCommandArg {
     // SAFETY: a plain C struct of pointers and integers: all-zero is its

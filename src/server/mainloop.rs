@@ -5,6 +5,7 @@
 //! thread for the server lock (a lock that is not fair: a thread that
 //! relocks at once starves the main thread).
 
+use super::locked::ServerLock;
 use super::{api, Ctx};
 use redis_module::raw;
 use std::os::raw::c_void;
@@ -20,7 +21,7 @@ pub enum Next {
 }
 
 /// One step of a task: does a bounded amount of work on the main thread.
-pub type Step = Box<dyn FnMut(Ctx) -> Next>;
+pub type Step = Box<dyn FnMut(&ServerLock, Ctx) -> Next>;
 
 /// Schedules `step` to run on the next turn of the event loop, and again as
 /// long as it asks to. Must be called on the main thread (or with the
@@ -48,8 +49,13 @@ extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     // SAFETY: `data` is the Box leaked by `run_in_steps` for this timer;
     // each timer fires once, so it is reclaimed exactly once.
     let mut step: Box<Step> = unsafe { Box::from_raw(data.cast()) };
-    let next =
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| step(ctx))).unwrap_or(Next::Done);
+    let next = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: a module timer: the server runs it on its main thread,
+        // holding its lock.
+        let lock = unsafe { ServerLock::new_unchecked() };
+        step(&lock, ctx)
+    }))
+    .unwrap_or(Next::Done);
     match next {
         Next::Done => {}
         Next::Again => schedule(ctx, *step, 0),

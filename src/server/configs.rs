@@ -1,14 +1,61 @@
-//! Registers the rows of [`crate::config::CONFIGS`] with the server as
-//! numeric module configs (`snapshot.<name>`), so CONFIG GET/SET and the
-//! config file's `snapshot.<name> value` lines work with the table's ranges.
+//! Registers a table of numeric module configs (the module's is
+//! `config::CONFIGS`) with the server, so CONFIG GET/SET and the config
+//! file's `<prefix><name> value` lines work with the table's ranges. The
+//! table, its prefix and what to do after a runtime change are handed in.
 
 use super::{api, Ctx};
-use crate::config::{Kind, CONFIGS, PREFIX};
 use redis_module::raw;
 use std::ffi::CString;
 use std::os::raw::{c_char, c_int, c_longlong, c_void};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Mutex;
+
+/// How a value is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A decimal integer.
+    Integer,
+    /// Bytes: a decimal integer with an optional unit as the server's own
+    /// memory configs take it (`b`, `k`, `kb`, `m`, `mb`, `g`, `gb`, any case:
+    /// `k` = 1000, `kb` = 1024).
+    Memory,
+    /// Flags by name ([`Spec::names`]), registered as a flags config.
+    Flags,
+}
+
+/// One config: `snapshot.<name>`.
+pub struct Spec {
+    /// Name without the module prefix.
+    pub name: &'static str,
+    /// The value. Two rows may share one atomic (an alias): a value given
+    /// for either name applies to both.
+    pub var: &'static AtomicI64,
+    pub default: i64,
+    /// Inclusive range, enforced at load, in the config file and on CONFIG SET.
+    pub min: i64,
+    pub max: i64,
+    pub kind: Kind,
+    /// [`Kind::Flags`]: each name with its value (`none`, `all` and the
+    /// single flags); empty for numbers.
+    pub names: &'static [(&'static str, i64)],
+}
+
+/// What the server's callbacks for one row get as `privdata`: made once
+/// per row at registration and never freed (the module never unloads).
+struct Row {
+    spec: &'static Spec,
+    /// Position in the table (see [`LOADING`]).
+    i: usize,
+    /// Called (main thread) after the value changed at runtime.
+    on_change: fn(&'static Spec, i64),
+}
+
+/// The row behind a callback's `privdata`.
+fn row(privdata: *mut c_void) -> &'static Row {
+    // SAFETY: the server hands back the privdata `register` gave it, a
+    // leaked `Row` that is never freed nor written after registration.
+    unsafe { &*(privdata as *const Row) }
+}
 
 /// While the server applies the config file (inside `register`): the value
 /// each row was registered with (its `loadmodule` argument or default).
@@ -26,11 +73,11 @@ fn loading_default(i: usize) -> Option<i64> {
 }
 
 extern "C" fn get_numeric(_name: *const c_char, privdata: *mut c_void) -> c_longlong {
-    crate::config::value(privdata as usize)
+    row(privdata).spec.var.load(Ordering::Relaxed)
 }
 
 extern "C" fn get_enum(_name: *const c_char, privdata: *mut c_void) -> c_int {
-    crate::config::value(privdata as usize) as c_int
+    row(privdata).spec.var.load(Ordering::Relaxed) as c_int
 }
 
 extern "C" fn set_enum(
@@ -48,9 +95,9 @@ extern "C" fn set_numeric(
     privdata: *mut c_void,
     err: *mut *mut raw::RedisModuleString,
 ) -> c_int {
-    let i = privdata as usize;
     let outcome = std::panic::catch_unwind(|| {
-        let s = CONFIGS.get(i).ok_or("no such config")?;
+        let r = row(privdata);
+        let (s, i) = (r.spec, r.i);
         if val < s.min || val > s.max {
             return Err("argument must be between the config's minimum and maximum");
         }
@@ -58,9 +105,7 @@ extern "C" fn set_numeric(
             return Ok(());
         }
         if s.var.swap(val, Ordering::Relaxed) != val {
-            if let Some(f) = s.on_change {
-                f(val);
-            }
+            (r.on_change)(s, val);
         }
         Ok(())
     });
@@ -78,21 +123,27 @@ extern "C" fn set_numeric(
     }
 }
 
-/// Registers row `i` as a flags config with the names of
-/// `native::mode::names` (`none`, `all`, one per command).
-fn register_flags(ctx: Ctx, name: &CString, default: i64, i: usize) -> Result<(), String> {
+/// Registers `s` as a flags config with its names.
+fn register_flags(
+    ctx: Ctx,
+    name: &CString,
+    s: &Spec,
+    default: i64,
+    privdata: *mut c_void,
+    prefix: &str,
+) -> Result<(), String> {
     let reg = api!(RedisModule_RegisterEnumConfig).ok_or("this server has no enum configs")?;
-    let names = crate::native::mode::names();
-    let cnames: Vec<CString> = names
+    let cnames: Vec<CString> = s
+        .names
         .iter()
         .map(|(n, _)| CString::new(*n).map_err(|e| e.to_string()))
         .collect::<Result<_, _>>()?;
     let mut ptrs: Vec<*const c_char> = cnames.iter().map(|c| c.as_ptr()).collect();
-    let values: Vec<c_int> = names.iter().map(|&(_, v)| v as c_int).collect();
+    let values: Vec<c_int> = s.names.iter().map(|&(_, v)| v as c_int).collect();
     // SAFETY: OnLoad context; name and the value names are valid C strings
-    // and the arrays hold `names.len()` entries each, all alive for the
-    // call (the server copies them); the callbacks live as long as the
-    // module; privdata is the row index, never dereferenced.
+    // and the arrays hold `names.len()` entries each, alive for the call
+    // (the server copies them); the callbacks live as long as the module;
+    // privdata is a leaked `Row`, valid forever (see [`row`]).
     let rc = unsafe {
         reg(
             ctx,
@@ -101,57 +152,68 @@ fn register_flags(ctx: Ctx, name: &CString, default: i64, i: usize) -> Result<()
             raw::REDISMODULE_CONFIG_BITFLAGS,
             ptrs.as_mut_ptr(),
             values.as_ptr(),
-            names.len() as c_int,
+            s.names.len() as c_int,
             Some(get_enum),
             Some(set_enum),
             None,
-            i as *mut c_void,
+            privdata,
         )
     };
     if rc != raw::REDISMODULE_OK as c_int {
-        return Err(format!(
-            "cannot register config {PREFIX}{}",
-            name.to_string_lossy()
-        ));
+        return Err(format!("cannot register config {prefix}{}", s.name));
     }
     Ok(())
 }
 
 /// Stores the `loadmodule` arguments (`given`: row, value), registers every
-/// row (each with its argument, else its default, as default) and has the
-/// server apply the config file's `snapshot.*` lines. OnLoad only. An error
-/// names what was refused (the server has logged the details too).
+/// row of `table` as `<prefix><name>` (each with its argument, else its
+/// default, as default) and has the server apply the config file's
+/// `<prefix>*` lines. `on_change` runs after a value changed at runtime.
+/// OnLoad only. An error names what was refused (the server has logged
+/// the details too).
 #[allow(
     clippy::not_unsafe_ptr_arg_deref,
     reason = "ctx is the OnLoad context the server passed to the module, live for this call"
 )]
-pub fn register(ctx: Ctx, given: &[(usize, i64)]) -> Result<(), String> {
+pub fn register(
+    ctx: Ctx,
+    (table, prefix): (&'static [Spec], &str),
+    given: &[(usize, i64)],
+    on_change: fn(&'static Spec, i64),
+) -> Result<(), String> {
     let reg = api!(RedisModule_RegisterNumericConfig).ok_or("this server has no module configs")?;
     let load = api!(RedisModule_LoadConfigs).ok_or("this server has no module configs")?;
     // From the table, not from what an earlier, refused load may have left.
-    for s in CONFIGS {
+    for s in table {
         s.var.store(s.default, Ordering::Relaxed);
     }
     for &(i, v) in given {
-        CONFIGS[i].var.store(v, Ordering::Relaxed);
+        if let Some(s) = table.get(i) {
+            s.var.store(v, Ordering::Relaxed);
+        }
     }
-    let defaults: Vec<i64> = CONFIGS
+    let defaults: Vec<i64> = table
         .iter()
         .map(|s| s.var.load(Ordering::Relaxed))
         .collect();
-    for (i, s) in CONFIGS.iter().enumerate() {
+    for (i, s) in table.iter().enumerate() {
+        let privdata: *mut Row = Box::into_raw(Box::new(Row {
+            spec: s,
+            i,
+            on_change,
+        }));
         let name = CString::new(s.name).map_err(|e| e.to_string())?;
         let flags = match s.kind {
             Kind::Integer => raw::REDISMODULE_CONFIG_DEFAULT,
             Kind::Memory => raw::REDISMODULE_CONFIG_MEMORY,
             Kind::Flags => {
-                register_flags(ctx, &name, defaults[i], i)?;
+                register_flags(ctx, &name, s, defaults[i], privdata.cast(), prefix)?;
                 continue;
             }
         };
         // SAFETY: OnLoad context; name is a valid C string (the server
         // copies it); the callbacks are valid for the life of the module;
-        // privdata is the row index, never dereferenced.
+        // privdata is a leaked `Row`, valid forever (see [`row`]).
         let rc = unsafe {
             reg(
                 ctx,
@@ -163,11 +225,11 @@ pub fn register(ctx: Ctx, given: &[(usize, i64)]) -> Result<(), String> {
                 Some(get_numeric),
                 Some(set_numeric),
                 None,
-                i as *mut c_void,
+                privdata.cast(),
             )
         };
         if rc != raw::REDISMODULE_OK as c_int {
-            return Err(format!("cannot register config {PREFIX}{}", s.name));
+            return Err(format!("cannot register config {prefix}{}", s.name));
         }
     }
     *LOADING.lock().unwrap_or_else(|e| e.into_inner()) = defaults;
@@ -176,7 +238,7 @@ pub fn register(ctx: Ctx, given: &[(usize, i64)]) -> Result<(), String> {
     LOADING.lock().unwrap_or_else(|e| e.into_inner()).clear();
     if rc != raw::REDISMODULE_OK as c_int {
         return Err(format!(
-            "a {PREFIX}* value of the config file or of MODULE LOADEX ... CONFIG was refused (see the server's line above)"
+            "a {prefix}* value of the config file or of MODULE LOADEX ... CONFIG was refused (see the server's line above)"
         ));
     }
     Ok(())

@@ -10,8 +10,9 @@
 //! new load during the walk restarts it (upserts are idempotent).
 
 use crate::config;
-use crate::ffi::thread_ctx::Detached;
-use crate::ffi::{self, api, keys, mainloop, scan, Ctx};
+use crate::server::locked::ServerLock;
+use crate::server::thread_ctx::Detached;
+use crate::server::{self, api, keys, mainloop, scan, Ctx};
 use crate::state::{self, Module};
 use redis_module::raw;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -59,9 +60,9 @@ pub fn topology_changed() {
 
 /// Whether any database holds keys (checked with the server lock held).
 pub fn needed(ctx: Ctx, databases: usize) -> bool {
-    let orig = ffi::selected_db(ctx);
-    let any = (0..databases).any(|db| ffi::select_db(ctx, db) && ffi::db_size(ctx) > 0);
-    ffi::select_db(ctx, orig);
+    let orig = server::selected_db(ctx);
+    let any = (0..databases).any(|db| server::select_db(ctx, db) && server::db_size(ctx) > 0);
+    server::select_db(ctx, orig);
     any
 }
 
@@ -79,13 +80,13 @@ pub fn start(ctx: Ctx) {
     let timer_ctx = if ctx.is_null() { walk.tctx.ctx() } else { ctx };
     mainloop::run_in_steps(
         timer_ctx,
-        Box::new(move |_ctx| {
+        Box::new(move |lock, _ctx| {
             // Produce no faster than the indexer applies: a log growing
             // without bound would end with someone applying it in one go.
             if state::try_get().is_some_and(|m| m.live().backlog() > MAX_PENDING) {
                 return mainloop::Next::After(1);
             }
-            if walk.step() {
+            if walk.step(lock) {
                 mainloop::Next::Again
             } else {
                 RUNNING.store(false, Ordering::SeqCst);
@@ -100,6 +101,7 @@ pub fn start(ctx: Ctx) {
 const MAX_PENDING: u64 = 1 << 16;
 
 struct SliceState<'a> {
+    lock: &'a ServerLock,
     m: &'a Module,
     db: usize,
     seen: u64,
@@ -117,7 +119,7 @@ fn on_scanned(
         (false, Some(kt)) => keys::probe_open(ctx, keyname, key, kt),
         _ => keys::probe(ctx, keyname),
     };
-    crate::events::apply(st.m, st.db, ffi::string_bytes(keyname), found);
+    super::tracking::apply(st.lock, st.m, st.db, server::string_bytes(keyname), found);
 }
 
 /// The state of a walk over every database, advanced one slice per turn of
@@ -156,8 +158,8 @@ impl Walk {
         let databases = state::try_get().map_or(1, |m| m.databases);
         let total: u64 = (0..databases)
             .map(|db| {
-                ffi::select_db(ctx, db);
-                ffi::db_size(ctx)
+                server::select_db(ctx, db);
+                server::db_size(ctx)
             })
             .sum();
         TOTAL.store(total, Ordering::Relaxed);
@@ -166,7 +168,7 @@ impl Walk {
 
     /// One slice: at most `snapshot.backfill-batch` keys or 1 ms.
     /// Returns whether more slices are needed.
-    fn step(&mut self) -> bool {
+    fn step(&mut self, lock: &ServerLock) -> bool {
         let (Some(m), true) = (state::try_get(), scan::available()) else {
             return false;
         };
@@ -175,7 +177,7 @@ impl Walk {
             // incomplete index as complete.
             self.restarts += 1;
             if self.restarts.is_multiple_of(100) {
-                ffi::log(std::ptr::null_mut(), "warning", "snapscan: index build restarted 100 more times (SWAPDB or loads during the build)");
+                server::log(std::ptr::null_mut(), "warning", "snapscan: index build restarted 100 more times (SWAPDB or loads during the build)");
             }
             self.restart();
         }
@@ -183,9 +185,10 @@ impl Walk {
             return false;
         }
         let ctx = self.tctx.ctx();
-        ffi::select_db(ctx, self.db);
+        server::select_db(ctx, self.db);
         let started = Instant::now();
         let mut st = SliceState {
+            lock,
             m,
             db: self.db,
             seen: 0,
@@ -198,7 +201,7 @@ impl Walk {
             });
         }
         LONGEST_HOLD_US.fetch_max(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-        ffi::latency::report(ffi::latency::Event::Backfill, started);
+        server::latency::report(server::latency::Event::Backfill, started);
         SCANNED.fetch_add(st.seen, Ordering::Relaxed);
         if !more {
             self.db += 1;

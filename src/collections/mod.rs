@@ -1,5 +1,9 @@
 //! Point-in-time copies of collections (hashes, sets, sorted sets) for
-//! SNAPSHOT.HSCAN, SNAPSHOT.SSCAN and SNAPSHOT.ZSCAN (pure Rust).
+//! SNAPSHOT.HSCAN, SNAPSHOT.SSCAN and SNAPSHOT.ZSCAN (pure Rust), the
+//! per-key change counters that tell a copy it is stale ([`watch`]) and the
+//! keys written during a SNAPSHOT.UNLINK ([`touched`]).
+//!
+//! Part of the pure core: may touch only the core (`glob`).
 //!
 //! A [`CollCopy`] stores every element of one collection in one arena,
 //! sorted by its name (hash field, set or sorted-set member), so a cursor is
@@ -66,11 +70,6 @@ impl Budget {
     fn room(&self, limit: usize) -> usize {
         limit.saturating_sub(self.bytes_held())
     }
-}
-
-/// Bytes of capacity held by the module's copies (0 before it is loaded).
-pub fn bytes_held() -> usize {
-    crate::state::try_get().map_or(0, |m| m.watches.budget.bytes_held())
 }
 
 /// What one element of a collection is.

@@ -3,15 +3,15 @@
 //! of the collection at cursor 0, in bounded main-thread slices when it is
 //! large, then cut pages of it on workers.
 
-use super::args::{parse_cursor, parse_options, Allowed, CmdError};
+use crate::args::{parse_cursor, parse_options, Allowed, CmdError};
+use crate::collections::watch::Copying;
+use crate::collections::{Builder, CollCopy, CopyPage, Kind};
 use crate::config;
-use crate::ffi::collcopy::{self, CopyError, KeyCursor};
-use crate::ffi::thread_ctx::Detached;
-use crate::ffi::{self, blocked::BlockedReply, keys, mainloop, reply::Reply, Ctx};
 use crate::glob::Pattern;
-use crate::hash::watch::Copying;
-use crate::hash::{Builder, CollCopy, CopyPage, Kind};
 use crate::index::meta::{TypeId, HASH, SET, ZSET};
+use crate::server::collcopy::{self, CopyError, KeyCursor};
+use crate::server::thread_ctx::Detached;
+use crate::server::{self, blocked::BlockedReply, keys, mainloop, reply::Reply, Ctx};
 use crate::state::{self, HashCursor, Module};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -112,7 +112,7 @@ pub fn run_with(ctx: Ctx, args: &[&[u8]], kind: Kind, retry: bool) -> Result<(),
     // its cursor is used up.
     let cursor = parse_cursor(args[2])?;
     let name = if cursor == 0 {
-        let name = ffi::OwnedString::new(ctx, key)
+        let name = server::OwnedString::new(ctx, key)
             .ok_or_else(|| CmdError::msg("ERR snapscan: out of memory"))?;
         match keys::probe(ctx, name.ptr()) {
             None => {
@@ -138,7 +138,7 @@ pub fn run_with(ctx: Ctx, args: &[&[u8]], kind: Kind, retry: bool) -> Result<(),
     )?;
     let call = Call {
         m,
-        db: ffi::selected_db(ctx),
+        db: server::selected_db(ctx),
         key: key.into(),
         kind,
         spec: PageSpec {
@@ -147,7 +147,7 @@ pub fn run_with(ctx: Ctx, args: &[&[u8]], kind: Kind, retry: bool) -> Result<(),
             budget: config::get(&config::SCAN_BUDGET),
             pairs: kind.has_second() && !opts.novalues && !opts.noscores,
         },
-        inline: ffi::blocking_denied(ctx),
+        inline: server::blocking_denied(ctx),
         retry,
     };
     Module::bump(&m.stats.hash_scans, 1);
@@ -161,7 +161,7 @@ pub fn run_with(ctx: Ctx, args: &[&[u8]], kind: Kind, retry: bool) -> Result<(),
 
 /// Cursor 0 on a key of the call's type (checked by the caller, `name` its
 /// name): the truth about the key, now; then a copy.
-fn open(ctx: Ctx, call: Call, name: ffi::OwnedString) -> Result<(), CmdError> {
+fn open(ctx: Ctx, call: Call, name: server::OwnedString) -> Result<(), CmdError> {
     let (m, db, kind) = (call.m, call.db, call.kind);
     let key: &[u8] = &call.key;
     // Field TTLs matter only to share a copy or to slice one; the answer
@@ -244,7 +244,7 @@ fn open(ctx: Ctx, call: Call, name: ffi::OwnedString) -> Result<(), CmdError> {
     };
     mainloop::run_in_steps(
         ctx,
-        Box::new(move |_| {
+        Box::new(move |_, _| {
             if task.step() {
                 mainloop::Next::Again
             } else {
@@ -421,9 +421,9 @@ impl CopyTask {
         };
         let (m, db, key, kind) = (call.m, call.db, &call.key[..], call.kind);
         let ctx = self.tctx.ctx();
-        ffi::select_db(ctx, db);
+        server::select_db(ctx, db);
         let started = Instant::now();
-        let expired_meanwhile = p.valid_until.is_some_and(|t| ffi::now_ms() >= t);
+        let expired_meanwhile = p.valid_until.is_some_and(|t| server::now_ms() >= t);
         let mut fallback = false;
         if expired_meanwhile || p.guard.changed() {
             Module::bump(&m.stats.hash_copy_retries, 1);
@@ -431,12 +431,12 @@ impl CopyTask {
             p.builder.clear();
             p.cursor.restart();
             p.guard.restart();
-            let (ttl, until) = match ffi::OwnedString::new(ctx, key) {
+            let (ttl, until) = match server::OwnedString::new(ctx, key) {
                 Some(n) => copy_deadline(ctx, &n, db, kind),
                 None => (TtlGuard::OneHold, None),
             };
             p.valid_until = until;
-            let stale = until.is_some_and(|t| t <= ffi::now_ms());
+            let stale = until.is_some_and(|t| t <= server::now_ms());
             fallback = self.retries > MAX_RETRIES || stale || ttl == TtlGuard::OneHold;
         }
         let result = if fallback {
@@ -483,7 +483,7 @@ impl CopyTask {
 fn reuse_is_safe(guard: TtlGuard) -> bool {
     match guard {
         TtlGuard::Never => true,
-        TtlGuard::Until(t) => t > ffi::now_ms(),
+        TtlGuard::Until(t) => t > server::now_ms(),
         TtlGuard::OneHold => false,
     }
 }
@@ -506,24 +506,28 @@ enum TtlGuard {
 /// first field TTL or the key's own expiry, whichever comes first).
 fn copy_deadline(
     ctx: Ctx,
-    name: &ffi::OwnedString,
+    name: &server::OwnedString,
     db: usize,
     kind: Kind,
 ) -> (TtlGuard, Option<i64>) {
     let guard = ttl_guard(ctx, name, db, kind);
     let key_expire = keys::probe(ctx, name.ptr()).and_then(|f| f.expire);
+    (guard, first_deadline(guard, key_expire))
+}
+
+/// The earlier of the first field TTL (`guard`) and the key's own expiry.
+fn first_deadline(guard: TtlGuard, key_expire: Option<i64>) -> Option<i64> {
     let field = match guard {
         TtlGuard::Until(t) => Some(t),
         _ => None,
     };
-    let until = match (field, key_expire) {
+    match (field, key_expire) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
-    };
-    (guard, until)
+    }
 }
 
-fn ttl_guard(ctx: Ctx, name: &ffi::OwnedString, db: usize, kind: Kind) -> TtlGuard {
+fn ttl_guard(ctx: Ctx, name: &server::OwnedString, db: usize, kind: Kind) -> TtlGuard {
     if kind != Kind::Hash || !HASH_FIELD_TTL.load(Ordering::Relaxed) {
         return TtlGuard::Never;
     }
@@ -531,7 +535,7 @@ fn ttl_guard(ctx: Ctx, name: &ffi::OwnedString, db: usize, kind: Kind) -> TtlGua
         Some(None) => TtlGuard::Never,
         // A field past its TTL but not yet reclaimed: which other fields
         // expire during a sliced copy cannot be told, so copy in one hold.
-        Some(Some(t)) if t <= ffi::now_ms() => TtlGuard::OneHold,
+        Some(Some(t)) if t <= server::now_ms() => TtlGuard::OneHold,
         Some(Some(t)) => TtlGuard::Until(t),
         None if !keys::db_may_have_field_ttls(ctx, db) => TtlGuard::Never,
         None => TtlGuard::OneHold,
@@ -539,7 +543,7 @@ fn ttl_guard(ctx: Ctx, name: &ffi::OwnedString, db: usize, kind: Kind) -> TtlGua
 }
 
 fn record_hold(m: &Module, started: Instant) {
-    ffi::latency::report(ffi::latency::Event::Copy, started);
+    server::latency::report(server::latency::Event::Copy, started);
     let us = started.elapsed().as_micros() as u64;
     m.stats
         .hash_longest_hold_us
@@ -601,4 +605,64 @@ pub fn info_figures(m: &Module) -> [(&'static str, u64); 8] {
         ),
         ("hash_cursors_open", m.hash_cursors.stats().open as u64),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collections::OverLimit;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case(Kind::Hash, HASH, "hash")]
+    #[case(Kind::Set, SET, "set")]
+    #[case(Kind::Zset, ZSET, "sorted set")]
+    fn each_kind_has_its_type_and_noun(
+        #[case] kind: Kind,
+        #[case] ty: TypeId,
+        #[case] noun_is: &str,
+    ) {
+        assert_eq!(type_id(kind), ty);
+        assert_eq!(noun(kind), noun_is);
+    }
+
+    #[rstest]
+    #[case::none(TtlGuard::Never, None, None)]
+    #[case::key_only(TtlGuard::OneHold, Some(5), Some(5))]
+    #[case::field_only(TtlGuard::Until(7), None, Some(7))]
+    #[case::field_first(TtlGuard::Until(7), Some(9), Some(7))]
+    #[case::key_first(TtlGuard::Until(9), Some(7), Some(7))]
+    fn a_sliced_copy_ends_at_the_first_deadline(
+        #[case] guard: TtlGuard,
+        #[case] key_expire: Option<i64>,
+        #[case] want: Option<i64>,
+    ) {
+        assert_eq!(first_deadline(guard, key_expire), want);
+    }
+
+    #[rstest]
+    #[case::no_field_ttl(TtlGuard::Never, true)]
+    #[case::unknown(TtlGuard::OneHold, false)]
+    #[case::ttl_ahead(TtlGuard::Until(i64::MAX), true)]
+    #[case::ttl_passed(TtlGuard::Until(0), false)]
+    fn a_copy_is_shared_only_while_no_field_can_have_expired(
+        #[case] guard: TtlGuard,
+        #[case] safe: bool,
+    ) {
+        assert_eq!(reuse_is_safe(guard), safe);
+    }
+
+    #[test]
+    fn copy_errors_are_worded_for_the_kind_and_a_vanished_key_is_not_one() {
+        let over = CopyError::OverLimit(OverLimit { held: 10, limit: 8 });
+        assert_eq!(
+            copy_error(over, Kind::Hash).as_deref(),
+            Some("ERR snapscan: collection snapshots would exceed snapshot.collection-memory-limit (10 of 8 bytes held); retry later or raise the limit")
+        );
+        assert_eq!(
+            copy_error(CopyError::Failed("boom".into()), Kind::Zset).as_deref(),
+            Some("ERR snapscan: cannot copy the sorted set: boom")
+        );
+        assert_eq!(copy_error(CopyError::Gone, Kind::Set), None);
+    }
 }

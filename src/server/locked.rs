@@ -3,8 +3,9 @@
 //! own: the server lock already serialises every access, so a notification
 //! pays no locked instruction for it.
 //!
-//! Access needs a [`ServerLock`] token, which only callbacks the server
-//! runs under its lock obtain. The cell never lends a reference out (values
+//! Access needs a [`ServerLock`] token, which only the entry points the
+//! server calls under its lock mint (`entry.rs`, `mainloop.rs`) and pass
+//! down. The cell never lends a reference out (values
 //! are moved in and out), so a callback the server re-enters from inside
 //! another one cannot alias it either.
 
@@ -17,11 +18,14 @@ pub struct ServerLock(PhantomData<*const ()>);
 
 impl ServerLock {
     /// The token of a callback the server runs under its lock: keyspace
-    /// notifications, server events, command handlers and INFO callbacks
-    /// (all on the main thread), or a thread that took the lock. Call it
-    /// nowhere else.
+    /// notifications, server events, command handlers, INFO callbacks and
+    /// timers (all on the main thread).
+    ///
+    /// # Safety
+    /// The calling thread holds the server lock for as long as the token
+    /// lives: call it only at the top of such a callback (see `entry.rs`).
     #[inline]
-    pub fn in_callback() -> Self {
+    pub(super) unsafe fn new_unchecked() -> Self {
         ServerLock(PhantomData)
     }
 }
@@ -75,7 +79,8 @@ mod tests {
     #[test]
     fn values_move_in_and_out() {
         static CELL: LockedCell<Option<u32>> = LockedCell::new(None);
-        let lock = ServerLock::in_callback();
+        // SAFETY: a test thread, alone with these cells.
+        let lock = unsafe { ServerLock::new_unchecked() };
         assert_eq!(CELL.take(&lock), None);
         assert_eq!(CELL.replace(&lock, Some(3)), None);
         assert_eq!(CELL.take(&lock), Some(3));

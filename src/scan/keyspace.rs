@@ -1,15 +1,16 @@
 //! SNAPSHOT.SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]
 
-use super::args::{parse_cursor, parse_options, Allowed, CmdError};
-use crate::backfill;
+use crate::args::{parse_cursor, parse_options, Allowed, CmdError};
 use crate::config;
-use crate::ffi::expiry::Verdict;
-use crate::ffi::{self, blocked::BlockedReply, reply::Reply, Ctx};
 use crate::glob::Pattern;
 use crate::index::live::OpenRequest;
 use crate::index::tree::KeyMap;
 use crate::index::walk::{walk_snapshot_at, Page, ScanSpec};
 use crate::index::{Key, Snapshot};
+use crate::keyspace::backfill;
+use crate::server::expiry::Verdict;
+use crate::server::locked::ServerLock;
+use crate::server::{self, blocked::BlockedReply, reply::Reply, Ctx};
 use crate::state::{self, Module, ScanCursor};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,19 +22,7 @@ const DEFAULT_COUNT: usize = 10;
 /// to cut its snapshot; past it the call answers `TRYAGAIN`.
 pub const INLINE_TAKE_BUDGET: Duration = Duration::from_millis(1);
 
-/// What is known of the frozen clock `T0` (Unix ms) at which the server
-/// judged expiry during the script that opened an iteration:
-/// `lo <= T0 <= hi`. `hi` is the server's cached clock at the cursor-0 call
-/// (the snapshot's instant), which a script running past
-/// `busy-reply-threshold` lets run ahead of `T0`. The cursor-0 call,
-/// inside the script, settles it for the whole snapshot by asking the
-/// server about keys with a TTL (see [`resolve_clock`] and `ffi::expiry`),
-/// so that later pages, wherever they are served, judge as the script.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ScriptClock {
-    pub lo: i64,
-    pub hi: i64,
-}
+pub use crate::state::ScriptClock;
 
 impl ScriptClock {
     /// Known exactly (or, for the keys of the snapshot, as good as known:
@@ -96,13 +85,13 @@ enum Start {
 /// without a worker thread the walk runs inline, bounded by the work
 /// budget, after at most [`INLINE_TAKE_BUDGET`] of applying the index's
 /// backlog (else `TRYAGAIN`).
-pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
-    run_with(ctx, args, false)
+pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
+    run_with(lock, ctx, args, false)
 }
 
 /// [`run`]; with `retry`, a cursor sent again within `cursor::RETRY_MS`
 /// gets the same page (see `Registry::take_retryable`).
-pub fn run_with(ctx: Ctx, args: &[&[u8]], retry: bool) -> Result<(), CmdError> {
+pub fn run_with(lock: &ServerLock, ctx: Ctx, args: &[&[u8]], retry: bool) -> Result<(), CmdError> {
     if args.len() < 2 {
         return Err(CmdError::WrongArity);
     }
@@ -117,9 +106,9 @@ pub fn run_with(ctx: Ctx, args: &[&[u8]], retry: bool) -> Result<(), CmdError> {
     )?;
     let m = state::try_get().ok_or_else(|| CmdError::msg("ERR snapscan is not initialised"))?;
     state::ensure_threads(m);
-    crate::events::settle();
+    crate::keyspace::tracking::settle(lock);
     // Only opening needs the index: a continuation reads its snapshot.
-    crate::idle::in_use(ctx, m, cursor == 0).map_err(CmdError::msg)?;
+    crate::keyspace::in_use(lock, ctx, m, cursor == 0).map_err(CmdError::msg)?;
     if cursor == 0 {
         index_ready()?;
     }
@@ -132,15 +121,19 @@ pub fn run_with(ctx: Ctx, args: &[&[u8]], retry: bool) -> Result<(), CmdError> {
             ))
         })?),
     };
-    let db = ffi::selected_db(ctx);
+    let db = server::selected_db(ctx);
     let start = if cursor == 0 {
         Module::bump(&m.stats.snapshots_opened, 1);
-        let at = ffi::command_time_ms();
-        let clock = (ffi::in_script(ctx) && ffi::expiry::supported()).then_some(ScriptClock {
-            lo: i64::MIN,
-            hi: at,
-        });
-        Start::Open(m.open_in(db, at, crate::cluster::visible_slots(ctx)), clock)
+        let at = server::command_time_ms();
+        let clock =
+            (server::in_script(ctx) && server::expiry::supported()).then_some(ScriptClock {
+                lo: i64::MIN,
+                hi: at,
+            });
+        Start::Open(
+            m.open_in(db, at, crate::keyspace::cluster::visible_slots(ctx)),
+            clock,
+        )
     } else {
         let taken = if retry {
             let (taken, aged) = m.cursors.take_retryable(cursor, m.mono_ms(), |edb, _| {
@@ -188,7 +181,7 @@ pub fn run_with(ctx: Ctx, args: &[&[u8]], retry: bool) -> Result<(), CmdError> {
         budget: config::get(&config::SCAN_BUDGET),
     };
     Module::bump(&m.stats.scans, 1);
-    let (blocked, start) = if ffi::blocking_denied(ctx) || m.pool.threads() == 0 {
+    let (blocked, start) = if server::blocking_denied(ctx) || m.pool.threads() == 0 {
         (None, start)
     } else {
         match small_page(m, start, &spec) {
@@ -276,7 +269,7 @@ fn serve_inline(
             clock,
         } => (snap, after, pages, clock),
     };
-    let judge = |name: &[u8]| ffi::expiry::judge(ctx, name);
+    let judge = |name: &[u8]| server::expiry::judge(ctx, name);
     // The opening call is the only one that runs in the script whose clock
     // decides: settle it now for the whole snapshot, so pages served later
     // (by a worker, or in another script or transaction) judge expiry as
@@ -284,7 +277,7 @@ fn serve_inline(
     let clock = match clock {
         // Without any key with a TTL there is nothing to settle.
         Some(c) if pages == 0 && after.is_none() => {
-            Some(match ffi::expiry::db_has_ttls(ctx, snap.db) {
+            Some(match server::expiry::db_has_ttls(ctx, snap.db) {
                 Some(false) => ScriptClock { lo: c.hi, hi: c.hi },
                 _ => resolve_clock(&snap.map, c, &judge),
             })
@@ -375,7 +368,7 @@ fn resolve_clock(map: &KeyMap, mut c: ScriptClock, judge: Judge) -> ScriptClock 
 /// Pending index operations a small cursor-0 page may apply on the main
 /// thread to cut its snapshot (under a write load, applying a few hundred
 /// took milliseconds there); with more pending, the page goes to a worker.
-pub(super) const INLINE_APPLY_MAX: usize = 16;
+pub(crate) const INLINE_APPLY_MAX: usize = 16;
 
 /// The page on the main thread if it is small: COUNT and the entries it
 /// examines within `snapshot.inline-entries`, and the snapshot ready (at

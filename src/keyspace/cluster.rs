@@ -24,9 +24,9 @@
 //!   without any notification (Redis 7.0; Redis 8.4+'s background trim).
 //! - A cancelled or failed atomic import purges the slots it imported.
 
-use crate::ffi::locked::{LockedCell, ServerLock};
-use crate::ffi::{self, server, Ctx};
 use crate::index::Op;
+use crate::server::locked::{LockedCell, ServerLock};
+use crate::server::{self, host, Ctx};
 use crate::slot::{served_from_nodes, SlotSet};
 use crate::state;
 use std::path::PathBuf;
@@ -120,8 +120,8 @@ pub fn enabled() -> bool {
 /// Module options for cluster support: atomic slot migration where the
 /// server knows the option (Valkey 9+).
 pub fn module_options(ctx: Ctx) -> std::os::raw::c_int {
-    let asm = server::OPTION_HANDLE_ATOMIC_SLOT_MIGRATION;
-    if server::module_options_known() & asm != 0 && server::is_valkey(ctx) {
+    let asm = host::OPTION_HANDLE_ATOMIC_SLOT_MIGRATION;
+    if host::module_options_known() & asm != 0 && host::is_valkey(ctx) {
         asm
     } else {
         0
@@ -130,10 +130,10 @@ pub fn module_options(ctx: Ctx) -> std::os::raw::c_int {
 
 /// Detects cluster mode and reads the served slots (OnLoad).
 pub fn init(ctx: Ctx) {
-    if server::cluster_mode(ctx) {
+    if host::cluster_mode(ctx) {
         CLUSTER.store(true, Ordering::Relaxed);
-        HIDES_UNOWNED.store(server::has_redis_slot_migration(), Ordering::Relaxed);
-        if let Some(name) = server::config_get(ctx, c"cluster-config-file") {
+        HIDES_UNOWNED.store(host::has_redis_slot_migration(), Ordering::Relaxed);
+        if let Some(name) = host::config_get(ctx, c"cluster-config-file") {
             use std::os::unix::ffi::OsStrExt;
             let _ = CONFIG_FILE.set(PathBuf::from(std::ffi::OsStr::from_bytes(&name)));
         }
@@ -181,7 +181,7 @@ pub fn refresh(ctx: Ctx) {
     // Before the read: a change after it is seen by the next check.
     let stamp = config_stamp();
     with_view(|v| v.stamp = stamp);
-    let Some(text) = server::call_text(ctx, c"CLUSTER", c"NODES") else {
+    let Some(text) = host::call_text(ctx, c"CLUSTER", c"NODES") else {
         return;
     };
     let Some(served) = served_from_nodes(&text) else {
@@ -213,7 +213,7 @@ pub fn refresh(ctx: Ctx) {
 
 fn purge(ctx: Ctx, slots: SlotSet, why: &str) {
     let Some(m) = state::try_get() else { return };
-    ffi::log(
+    server::log(
         ctx,
         "verbose",
         &format!(
@@ -250,28 +250,27 @@ pub fn refresh_pause(cost: Duration) -> Duration {
 
 /// Server cron tick (`CronLoop` event): a refresh if the configuration
 /// file changed, else the paced safety net.
-pub fn on_cron(ctx: Ctx) {
+pub fn on_cron(lock: &ServerLock, ctx: Ctx) {
     if !enabled() {
         return;
     }
-    let lock = ServerLock::in_callback();
     let now = Instant::now();
-    if catch_up(ctx) || NEXT_REFRESH.get(&lock).is_some_and(|next| now < next) {
+    if catch_up(ctx) || NEXT_REFRESH.get(lock).is_some_and(|next| now < next) {
         return;
     }
-    let cpu = ffi::unlink::thread_cpu_us();
+    let cpu = server::deletion::thread_cpu_us();
     refresh(ctx);
-    let cost = Duration::from_micros(ffi::unlink::thread_cpu_us().saturating_sub(cpu));
-    NEXT_REFRESH.replace(&lock, Some(now + refresh_pause(cost)));
+    let cost = Duration::from_micros(server::deletion::thread_cpu_us().saturating_sub(cpu));
+    NEXT_REFRESH.replace(lock, Some(now + refresh_pause(cost)));
 }
 
 /// An atomic-slot-migration event (Valkey 9+) about `slots`.
 pub fn on_slot_migration(ctx: Ctx, subevent: u64, slots: SlotSet) {
     match subevent {
-        server::ASM_IMPORT_STARTED => import_started(slots),
-        server::ASM_IMPORT_COMPLETED => import_completed(slots),
-        server::ASM_IMPORT_ABORTED => import_aborted(ctx, slots, true),
-        server::ASM_EXPORT_COMPLETED => refresh(ctx),
+        host::ASM_IMPORT_STARTED => import_started(slots),
+        host::ASM_IMPORT_COMPLETED => import_completed(slots),
+        host::ASM_IMPORT_ABORTED => import_aborted(ctx, slots, true),
+        host::ASM_EXPORT_COMPLETED => refresh(ctx),
         _ => {}
     }
 }
@@ -279,12 +278,12 @@ pub fn on_slot_migration(ctx: Ctx, subevent: u64, slots: SlotSet) {
 /// A slot-migration event (Redis 8.4+) about `slots`.
 pub fn on_redis_slot_migration(ctx: Ctx, subevent: u64, slots: SlotSet) {
     match subevent {
-        server::REDIS_ASM_IMPORT_STARTED => import_started(slots),
-        server::REDIS_ASM_IMPORT_COMPLETED => import_completed(slots),
+        host::REDIS_ASM_IMPORT_STARTED => import_started(slots),
+        host::REDIS_ASM_IMPORT_COMPLETED => import_completed(slots),
         // The server trims what the import brought (a trim event follows,
         // which purges): no second walk of the index.
-        server::REDIS_ASM_IMPORT_FAILED => import_aborted(ctx, slots, false),
-        server::REDIS_ASM_MIGRATE_COMPLETED => gone(ctx, slots, "migrated away"),
+        host::REDIS_ASM_IMPORT_FAILED => import_aborted(ctx, slots, false),
+        host::REDIS_ASM_MIGRATE_COMPLETED => gone(ctx, slots, "migrated away"),
         _ => {}
     }
 }
@@ -296,7 +295,7 @@ pub fn on_redis_slot_migration(ctx: Ctx, subevent: u64, slots: SlotSet) {
 pub fn on_redis_slot_trim(ctx: Ctx, subevent: u64, slots: SlotSet) {
     if matches!(
         subevent,
-        server::REDIS_TRIM_STARTED | server::REDIS_TRIM_BACKGROUND
+        host::REDIS_TRIM_STARTED | host::REDIS_TRIM_BACKGROUND
     ) {
         gone(ctx, slots, "trimmed by the server");
     }

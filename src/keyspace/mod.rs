@@ -1,0 +1,86 @@
+//! Keeping the index true to the keyspace: what each server event means for
+//! it ([`tracking`]: notifications, flushes, swaps, loads; [`deleted`]: the
+//! `Key` event), building it from the data at load ([`backfill`]),
+//! dropping it while unused ([`idle`]), replicas' async loads
+//! ([`replication`]) and the slots this node serves ([`cluster`]).
+//!
+//! Cross-subsystem orchestration lives here, in one place: the cron tick,
+//! dropping the index while idle (and forgetting what the notifications
+//! kept for it), rebuilding it when a call needs it.
+//!
+//! May touch: the index (through `state`), the server layer, the config;
+//! never the command handlers nor the event router above it.
+
+pub mod backfill;
+pub mod clientdb;
+pub mod cluster;
+pub mod deleted;
+pub mod idle;
+pub mod replication;
+pub mod tracking;
+
+use crate::index::Op;
+use crate::server::locked::ServerLock;
+use crate::server::Ctx;
+use crate::state::Module;
+
+/// The server's cron tick (main thread): the cluster view's refresh and
+/// the idle drop of the index.
+pub fn on_cron(lock: &ServerLock, ctx: Ctx) {
+    cluster::on_cron(lock, ctx);
+    let Some(m) = crate::state::try_get() else {
+        return;
+    };
+    match idle::on_cron(lock, m, backfill::progress().running) {
+        idle::Tick::Nothing => {}
+        idle::Tick::Drop => drop_index(lock, ctx, m),
+        idle::Tick::Rebuild => {
+            rebuild_index(lock, ctx, m);
+        }
+    }
+}
+
+/// A SNAPSHOT.SCAN or SNAPSHOT.UNLINK call: the index is in use. If it
+/// was dropped and the call needs it (`opening` a snapshot), its rebuild
+/// starts here; `Err` if it cannot start (the index stays dropped).
+pub fn in_use(lock: &ServerLock, ctx: Ctx, m: &Module, opening: bool) -> Result<(), &'static str> {
+    if idle::note_use(lock, m) && opening && !rebuild_index(lock, ctx, m) {
+        return Err("ERR snapscan: the index was dropped for want of scans and its rebuild could not start; retry later");
+    }
+    Ok(())
+}
+
+/// Drops the index while nobody scans: what the notifications kept between
+/// two events of one command belongs to the index and is forgotten with it,
+/// and the indexer frees the trees (open iterations keep their snapshots).
+fn drop_index(lock: &ServerLock, ctx: Ctx, m: &Module) {
+    idle::mark_dropped(lock);
+    tracking::forget_pending(lock);
+    deleted::forget_gone(lock);
+    m.push(Op::FlushAll);
+    crate::server::log(
+        ctx,
+        "notice",
+        "snapscan: no scan for snapshot.index-idle-timeout seconds: index dropped until the next SNAPSHOT.SCAN",
+    );
+}
+
+/// Starts rebuilding a dropped index; false if the walk could not start
+/// (then the index stays dropped: an empty index must not be served as
+/// complete).
+fn rebuild_index(lock: &ServerLock, ctx: Ctx, m: &Module) -> bool {
+    if backfill::needed(ctx, m.databases) {
+        backfill::start(ctx);
+        if !backfill::progress().running {
+            crate::server::log(
+                ctx,
+                "warning",
+                "snapscan: cannot start rebuilding the index",
+            );
+            return false;
+        }
+    }
+    idle::mark_rebuilt(lock, m);
+    crate::server::log(ctx, "notice", "snapscan: rebuilding the index");
+    true
+}

@@ -1,0 +1,309 @@
+//! Keeping the index true, key by key: what a keyspace notification or a
+//! FlushDB/SwapDB/Loading event means for the index, read from the server
+//! and recorded in the index's operation log (the tree itself is updated
+//! off the main thread).
+//!
+//! A notification only says "something happened to this key": the module
+//! re-reads the key (exists? type? expiry?) and records that truth. Two
+//! kinds of events are special: deletions ("del", "expired", "evicted"),
+//! which some servers fire just before unlinking the key, and MOVE/COPY ...
+//! DB, which some servers fire from a context selected on another database,
+//! so the key is re-read in every database.
+//!
+//! Owns the pending-new-key protocol and truth recording (also used by the
+//! index build, `backfill`). May touch: the index (through `state`), the
+//! server layer, and the other keyspace subsystems.
+
+use super::{backfill, deleted, idle, replication};
+use crate::index::{Key, Meta, Op, TypeNames};
+use crate::server::locked::{LockedCell, ServerLock};
+use crate::server::subscribe::{self as sub, event_name};
+use crate::server::thread_ctx::Detached;
+use crate::server::{self, keys, Ctx};
+use crate::state::{self, Module};
+use redis_module::raw;
+use std::os::raw::{c_char, c_int, c_void};
+use std::sync::atomic::Ordering;
+use std::sync::Mutex;
+
+/// The context used to read keys in any database on the main thread. A
+/// detached context has a client of its own: selecting a database on it
+/// never touches a real client. Only used on the main thread (or a thread
+/// holding the server lock), through this mutex.
+static PROBE: Mutex<Option<Detached>> = Mutex::new(None);
+
+/// A key whose "new" event was seen but not yet read: the command that
+/// created it fires its own event for the same key right after (a "set",
+/// an "hset"...), which reads it once instead of twice, and logs this very
+/// `Key` (no second copy of the name) under the hash computed here (no
+/// second hash). Only DEBUG POPULATE fires "new" alone; a pending key is
+/// read when any other event arrives, and before anything reads the index
+/// ([`settle`]). Main thread (server lock) only: no mutex, no locked
+/// instruction per event.
+struct Pending {
+    db: usize,
+    key: Key,
+    hash: u64,
+}
+
+static PENDING_NEW: LockedCell<Option<Pending>> = LockedCell::new(None);
+
+/// Forgets the pending new key (the index is being dropped).
+pub fn forget_pending(lock: &ServerLock) {
+    PENDING_NEW.take(lock);
+}
+
+/// Reads the pending new key, if any, in every database (a SWAPDB or a
+/// flush may have happened since its event). Call it under the server lock
+/// only (command handlers, INFO, server events).
+pub fn settle(lock: &ServerLock) {
+    let pending = PENDING_NEW.take(lock);
+    if let (Some(p), Some(m)) = (pending, state::try_get()) {
+        refresh_everywhere(lock, m, p.key.as_bytes());
+    }
+}
+
+/// Takes the pending new key. If it is `name` in `db` (whose event is about
+/// to read it anyway), returns it with its hash: the key did not exist
+/// before the command that fired the event. Otherwise reads the pending key
+/// in its database, and returns `name`'s hash, its filter block and
+/// recent-truth slot prefetched (see [`Module::prefetch_truth`]).
+fn claim_pending(lock: &ServerLock, m: &Module, db: usize, name: &[u8]) -> (Option<Key>, u64) {
+    let Some(p) = PENDING_NEW.take(lock) else {
+        return (None, m.prefetch_truth(db, name));
+    };
+    if p.db == db && p.key.as_bytes() == name {
+        return (Some(p.key), p.hash);
+    }
+    let hash = m.prefetch_truth(db, name);
+    let guard = PROBE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(probe) = guard.as_ref() {
+        let ctx = probe.ctx();
+        if let Some(n) = server::OwnedString::new(ctx, p.key.as_bytes()) {
+            if server::select_db(ctx, p.db) {
+                apply(lock, m, p.db, p.key.as_bytes(), keys::probe(ctx, n.ptr()));
+            }
+        }
+    }
+    (None, hash)
+}
+
+/// Makes the context that reads pending keys and keys of MOVE/COPY in any
+/// database (OnLoad).
+pub fn init() -> Result<(), String> {
+    let probe = Detached::new().ok_or("no thread-safe context")?;
+    *PROBE.lock().unwrap_or_else(|e| e.into_inner()) = Some(probe);
+    Ok(())
+}
+
+/// Converts a probe result into index metadata, interning module type names.
+pub fn to_meta(found: keys::Found, names: &mut TypeNames) -> Meta {
+    let ty = match found.kind {
+        keys::Kind::Builtin(t) => t,
+        keys::Kind::Named(n) => names.intern(&n).unwrap_or(u8::MAX),
+    };
+    Meta::new(ty, found.expire)
+}
+
+/// Records what the server says about `key` in `db` (`found`). The module
+/// type names are locked only for keys of module types.
+pub fn apply(lock: &ServerLock, m: &Module, db: usize, key: &[u8], found: Option<keys::Found>) {
+    let hash = crate::index::filter::hash(key);
+    record(lock, m, db, (key, None), hash, found, false);
+}
+
+/// [`apply`] for a key whose hash is `hash`, and which existed before the
+/// command that fired the event (`existed`): its truth is not even logged
+/// when it cannot change the index (see `Live::push_truth`). `owned`: the
+/// key already copied, to be logged as is.
+fn record(
+    lock: &ServerLock,
+    m: &Module,
+    db: usize,
+    key: (&[u8], Option<Key>),
+    hash: u64,
+    found: Option<keys::Found>,
+    existed: bool,
+) {
+    let truth = found.map(|f| match f.kind {
+        keys::Kind::Builtin(t) => Meta::new(t, f.expire),
+        keys::Kind::Named(_) => to_meta(f, &mut m.type_names()),
+    });
+    m.push_truth(lock, db, key, hash, truth, existed);
+}
+
+/// Logs that the key `name` (copied as `key`, hashed as `hash`) in `db`,
+/// which the running command created, is a string without expiry.
+fn record_plain(lock: &ServerLock, m: &Module, db: usize, (name, key): (&[u8], Key), hash: u64) {
+    let plain = Meta::plain(crate::index::meta::STRING);
+    m.push_truth(lock, db, (name, Some(key)), hash, Some(plain), false);
+}
+
+/// Re-reads `key` in every database through the probe context (MOVE and
+/// COPY ... DB: some servers fire them from a context selected on another
+/// database than the key's).
+fn refresh_everywhere(lock: &ServerLock, m: &Module, key: &[u8]) {
+    let guard = PROBE.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(probe) = guard.as_ref() else { return };
+    let ctx = probe.ctx();
+    let Some(name) = server::OwnedString::new(ctx, key) else {
+        return;
+    };
+    for db in 0..m.databases {
+        if server::select_db(ctx, db) {
+            apply(lock, m, db, key, keys::probe(ctx, name.ptr()));
+        }
+    }
+}
+
+/// A keyspace notification: `key` in the database selected on `ctx`.
+pub fn on_keyspace_event(
+    lock: &ServerLock,
+    ctx: Ctx,
+    type_: c_int,
+    event: *const c_char,
+    key: *mut raw::RedisModuleString,
+) {
+    let Some(m) = state::try_get() else { return };
+    if idle::dropped(lock) {
+        // No index to keep: only running copies and deletions watch keys.
+        if m.watches.any() {
+            let name = server::string_bytes(key);
+            match event_name(event) {
+                b"move_from" | b"move_to" | b"copy_to" => m.watches.bump_moved(name),
+                _ => m.watches.bump(server::selected_db(ctx), name),
+            }
+        }
+        return;
+    }
+    // Only callbacks under the server lock count this: no locked add.
+    let n = m.stats.events.load(Ordering::Relaxed);
+    m.stats.events.store(n + 1, Ordering::Relaxed);
+    let db = server::selected_db(ctx);
+    let name = server::string_bytes(key);
+    // A deletion the `Key` event just logged (see unlink.rs); taken by
+    // every notification, so it never outlives the pair.
+    let gone = deleted::take_gone(lock, db, name);
+    if type_ & raw::REDISMODULE_NOTIFY_LOADED != 0 {
+        // RDB loading: no execution units, and the name may live on the
+        // server's stack; read the key now through a heap copy.
+        m.watches.bump(db, name);
+        if replication::async_loading() {
+            return; // a temporary database's key (see replication.rs)
+        }
+        return apply(lock, m, db, name, keys::probe_copy(ctx, key));
+    }
+    let new = type_ & raw::REDISMODULE_NOTIFY_NEW != 0;
+    let event: &[u8] = if new { b"new" } else { event_name(event) };
+    // Gone, whatever the server still shows: these are fired just
+    // before the key is unlinked on some servers. (By name: field
+    // events such as "hexpired" share the EXPIRED class on some servers
+    // but leave the key in place.)
+    let deleted = !new && matches!(event, b"del" | b"expired" | b"evicted");
+    if deleted && gone {
+        // Logged by the `Key` event of the same deletion: nothing to
+        // read or log (a pending new key waits for the next event).
+        return m.watches.bump(db, name);
+    }
+    // The key's hash; its filter block and recent-truth slot, which its
+    // record will read, are being fetched meanwhile.
+    let (created, hash) = claim_pending(lock, m, db, name);
+    if new {
+        m.watches.bump(db, name);
+        let key = created.unwrap_or_else(|| Key::new(name));
+        PENDING_NEW.replace(lock, Some(Pending { db, key, hash }));
+        return;
+    }
+    if matches!(event, b"move_from" | b"move_to" | b"copy_to") {
+        // Fired from the caller's database on some servers: any copy of
+        // a hash with this name may be stale.
+        m.watches.bump_moved(name);
+    } else {
+        m.watches.bump(db, name);
+    }
+    match event {
+        _ if deleted => deleted::log_gone(lock, m, db, name, gone),
+        b"move_from" | b"move_to" | b"copy_to" => refresh_everywhere(lock, m, name),
+        // A string SET: the key is now a string. Its expiry is none,
+        // or kept (KEEPTTL), or set by the "expire" event that the SET
+        // fires right after this one, which reads the key: so a key the
+        // command created is a string without expiry here, and one that
+        // was such a string stays one. Neither needs reading.
+        b"set" if type_ == raw::REDISMODULE_NOTIFY_STRING as c_int => match created {
+            Some(k) => record_plain(lock, m, db, (name, k), hash),
+            None if m.skip_if_plain_h(lock, hash) => {}
+            None => record(lock, m, db, (name, None), hash, keys::probe(ctx, key), true),
+        },
+        _ => {
+            let existed = created.is_none();
+            let found = keys::probe(ctx, key);
+            record(lock, m, db, (name, created), hash, found, existed)
+        }
+    }
+}
+
+/// The FlushDB event.
+pub fn on_flushdb(lock: &ServerLock, subevent: u64, data: *mut c_void) {
+    let Some(m) = state::try_get() else { return };
+    if subevent != raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
+        return;
+    }
+    let Some(dbnum) = sub::flush_dbnum(data) else {
+        return;
+    };
+    m.watches.bump_all();
+    m.push(if dbnum < 0 {
+        Op::FlushAll
+    } else {
+        Op::Flush(dbnum as usize)
+    });
+    // A pending new key is read as things are now, after the flush.
+    settle(lock);
+}
+
+/// The SwapDB event.
+pub fn on_swapdb(lock: &ServerLock, data: *mut c_void) {
+    let Some(m) = state::try_get() else { return };
+    let Some((first, second)) = sub::swapdb_dbs(data) else {
+        return;
+    };
+    if first < 0 || second < 0 {
+        return;
+    }
+    let (a, b) = (first as usize, second as usize);
+    m.push(Op::Swap(a, b));
+    // A pending new key is read as things are now, after the swap.
+    settle(lock);
+    m.watches.bump_all();
+    backfill::topology_changed();
+}
+
+/// The Loading event (the `Key` event's part is the router's).
+pub fn on_loading(lock: &ServerLock, ctx: Ctx, subevent: u64) {
+    let Some(m) = state::try_get() else { return };
+    match subevent {
+        raw::REDISMODULE_SUBEVENT_LOADING_RDB_START
+        | raw::REDISMODULE_SUBEVENT_LOADING_AOF_START
+        | raw::REDISMODULE_SUBEVENT_LOADING_REPL_START => {
+            // A load that replaces the dataset empties it first, which
+            // fires FlushDB (handled above); a merging load (DEBUG
+            // RELOAD NOFLUSH MERGE) keeps what is there. Either way the
+            // "loaded" notifications upsert the keys as they arrive.
+            m.watches.bump_all();
+            backfill::topology_changed();
+        }
+        // An aborted async load leaves the old dataset (replication.rs).
+        raw::REDISMODULE_SUBEVENT_LOADING_FAILED if replication::owns_failed_load() => {}
+        raw::REDISMODULE_SUBEVENT_LOADING_FAILED => {
+            // Whatever is in memory now is the truth: forget what the
+            // partial load indexed and rebuild from memory (unless the
+            // index is dropped: its next use rebuilds it).
+            m.push(Op::FlushAll);
+            m.watches.bump_all();
+            if !idle::dropped(lock) {
+                backfill::start(ctx);
+            }
+        }
+        _ => {}
+    }
+}

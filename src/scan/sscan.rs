@@ -1,0 +1,12 @@
+//! SNAPSHOT.SSCAN key cursor [MATCH pattern] [COUNT count]
+
+use super::collection;
+use crate::args::CmdError;
+use crate::collections::Kind;
+use crate::server::locked::ServerLock;
+use crate::server::Ctx;
+
+/// `SNAPSHOT.SSCAN key cursor [MATCH pattern] [COUNT count]`
+pub fn run(_lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
+    collection::run(ctx, args, Kind::Set)
+}
