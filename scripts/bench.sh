@@ -11,7 +11,8 @@
 #   --server NAME    a server of scripts/servers.sh (default valkey-9.1)
 #   --only LIST      comma-separated scenarios, by name or number:
 #                    1 interference, 2 percall, 3 invalidation, 4 hscan,
-#                    5 memory, 6 writes, 7 scale, 8 large, 9 pinned, 10 unlink
+#                    5 memory, 6 writes, 7 scale, 8 large, 9 pinned, 10 unlink,
+#                    11 native (the native commands served from snapshots, issue 18)
 #
 # Prints progress, medians, ratios and every target with PASS/MISS; appends rows
 # to bench/results.csv; writes bench/REPORT.md with PNG charts in bench/.

