@@ -129,13 +129,16 @@ fn set_mode(con: &mut Connection, mode: &str) {
 
 /// Every `snapshot_*` figure of INFO snapshot that counts calls served from a
 /// snapshot: `snapshot_scans_served` and the per-native-command counters
-/// (`snapshot_native_*`), by name.
+/// (`snapshot_native_<cmd>_served`), by name.
 fn served_counters(con: &mut Connection) -> Vec<(String, u64)> {
     let info = cmd_str(con, &["INFO", "snapshot"]);
     let mut out: Vec<(String, u64)> = info
         .lines()
         .filter_map(|l| l.split_once(':'))
-        .filter(|(k, _)| *k == "snapshot_scans_served" || k.starts_with("snapshot_native_"))
+        .filter(|(k, _)| {
+            *k == "snapshot_scans_served"
+                || (k.starts_with("snapshot_native_") && k.ends_with("_served"))
+        })
         .filter_map(|(k, v)| Some((k.to_string(), v.trim().parse().ok()?)))
         .collect();
     out.sort();

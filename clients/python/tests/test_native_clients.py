@@ -26,14 +26,18 @@ COUNTER_TIMEOUT = 5.0
 
 
 def counters(port: int) -> Dict[str, int]:
-    """``snapshot_scans_served`` and every ``snapshot_native_*`` figure of one node."""
+    """``snapshot_scans_served`` and every ``snapshot_native_<cmd>_served`` of one node."""
     with redis.Redis(host="127.0.0.1", port=port, socket_timeout=10, decode_responses=True) as c:
         info = c.execute_command("INFO", "snapshot")
     if isinstance(info, dict):
         items = {k: v for k, v in info.items()}
     else:
         items = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
-    out = {k: int(v) for k, v in items.items() if k == "snapshot_scans_served" or k.startswith("snapshot_native_")}
+    out = {
+        k: int(v)
+        for k, v in items.items()
+        if k == "snapshot_scans_served" or (k.startswith("snapshot_native_") and k.endswith("_served"))
+    }
     assert "snapshot_scans_served" in out, f"no snapshot_scans_served in INFO snapshot of :{port}: {items}"
     return out
 
