@@ -50,6 +50,10 @@ pub static INDEX_IDLE_TIMEOUT: AtomicI64 = AtomicI64::new(0);
 /// (kept by open SNAPSHOT.SCAN iterations) may hold; 0 = unbounded.
 pub static MAX_RETAINED_BYTES: AtomicI64 = AtomicI64::new(1 << 30);
 
+/// `snapshot.serve-native`: the native commands served from snapshots, as
+/// `native::mode` flags (0 = none, the default).
+pub static SERVE_NATIVE: AtomicI64 = AtomicI64::new(0);
+
 pub fn get(v: &AtomicI64) -> usize {
     v.load(Ordering::Relaxed).max(0) as usize
 }
@@ -63,6 +67,8 @@ pub enum Kind {
     /// memory configs take it (`b`, `k`, `kb`, `m`, `mb`, `g`, `gb`, any case:
     /// `k` = 1000, `kb` = 1024).
     Memory,
+    /// Flags by name (see `native::mode`), registered as a flags config.
+    Flags,
 }
 
 /// One config: `snapshot.<name>`.
@@ -114,6 +120,14 @@ const fn memory(
     }
 }
 
+/// A flags config (`native::mode` names: `none`, `all`, `scan keys ...`).
+const fn flags(name: &'static str, var: &'static AtomicI64, default: i64, max: i64) -> Spec {
+    Spec {
+        kind: Kind::Flags,
+        ..int(name, var, default, 0, max)
+    }
+}
+
 impl Spec {
     /// Runs `f` after the value changed at runtime.
     const fn hook(mut self, f: fn(i64)) -> Spec {
@@ -157,6 +171,7 @@ pub static CONFIGS: &[Spec] = &[
         i64::MAX,
     ),
     int("index-idle-timeout", &INDEX_IDLE_TIMEOUT, 0, 0, 31_536_000),
+    flags("serve-native", &SERVE_NATIVE, 0, crate::native::mode::ALL),
 ];
 
 /// The prefix of every config name (the module's name).
@@ -231,6 +246,9 @@ pub fn check(i: usize, given: &str, v: &[u8]) -> Result<i64, String> {
         Kind::Memory => parse_memory(v).ok_or_else(|| {
             format!("argument '{given}': value '{shown}' is not a memory size (e.g. 1048576, 512kb, 256mb, 1gb)")
         })?,
+        Kind::Flags => crate::native::mode::parse(v).ok_or_else(|| {
+            format!("argument '{given}': value '{shown}' is not 'none', 'all' or a list of: scan keys hscan sscan zscan")
+        })?,
     };
     if n < s.min || n > s.max {
         return Err(format!(
@@ -296,6 +314,9 @@ mod tests {
     #[case(&["hash-memory-limit", "5k"], &[("hash-memory-limit", 5000)])]
     #[case(&["hash-memory-limit", "1024"], &[("hash-memory-limit", 1024)])]
     #[case(&[], &[])]
+    #[case(&["serve-native", "all"], &[("serve-native", 31)])]
+    #[case(&["snapshot.serve-native", "scan KEYS"], &[("serve-native", 3)])]
+    #[case(&["serve-native", "none"], &[("serve-native", 0)])]
     fn accepted(#[case] args: &[&str], #[case] want: &[(&str, i64)]) {
         let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
         let got = parse_args(&args).unwrap();
@@ -327,6 +348,9 @@ mod tests {
     #[case(&["hash-memory-limit", "-1mb"], "value '-1mb' is not a memory size")]
     #[case(&["hash-memory-limit", "99999999999gb"], "is not a memory size")]
     #[case(&["workers", "3", "snapshot.workers", "4"], "argument 'snapshot.workers' is given twice")]
+    #[case(&["serve-native", "scan,keys"], "argument 'serve-native': value 'scan,keys' is not 'none', 'all' or a list of: scan keys hscan sscan zscan")]
+    #[case(&["serve-native", "clusterscan"], "value 'clusterscan' is not 'none'")]
+    #[case(&["serve-native"], "argument 'serve-native' has no value")]
     fn refused(#[case] args: &[&str], #[case] want: &str) {
         let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
         let e = parse_args(&args).unwrap_err();

@@ -18,6 +18,8 @@ pub mod idle;
 pub mod index;
 #[cfg_attr(test, allow(dead_code))]
 mod info;
+#[cfg_attr(test, allow(dead_code))]
+pub mod native;
 pub mod pool;
 pub mod replication;
 pub mod slot;

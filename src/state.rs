@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 /// A SNAPSHOT.SCAN iteration in progress: its snapshot and where to resume.
+#[derive(Clone)]
 pub struct ScanCursor {
     pub snap: Arc<Snapshot>,
     pub after: Key,
@@ -39,6 +40,7 @@ impl Grouped for HashCursor {
 
 /// A SNAPSHOT.HSCAN/SSCAN/ZSCAN iteration in progress: the collection
 /// copy and a position.
+#[derive(Clone)]
 pub struct HashCursor {
     pub copy: Arc<CollCopy>,
     pub key: Box<[u8]>,
@@ -76,6 +78,8 @@ pub struct Module {
     pub pool: Pool,
     pub reaper: Reaper,
     pub stats: Stats,
+    /// Calls of the native commands routed by `snapshot.serve-native`.
+    pub native: crate::native::Counters,
     started: Instant,
     indexer_alive: AtomicBool,
     janitor_alive: AtomicBool,
@@ -260,6 +264,7 @@ pub fn init(databases: usize, seed: u64) -> &'static Module {
         ),
         reaper: Reaper::new(),
         stats: Stats::default(),
+        native: crate::native::Counters::default(),
         started: Instant::now(),
         indexer_alive: AtomicBool::new(false),
         janitor_alive: AtomicBool::new(false),

@@ -88,6 +88,34 @@ extern "C" fn snapshot_unlink(
     dispatch(ctx, argv, argc, unlink::run)
 }
 
+extern "C" fn snapshot_keys(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    dispatch(ctx, argv, argc, crate::native::keys::run)
+}
+
+/// The module commands of `snapshot.serve-native` (see `native::serve`).
+macro_rules! native_trampoline {
+    ($name:ident, $n:expr) => {
+        extern "C" fn $name(
+            ctx: *mut raw::RedisModuleCtx,
+            argv: *mut *mut raw::RedisModuleString,
+            argc: c_int,
+        ) -> c_int {
+            dispatch(ctx, argv, argc, |ctx, args| {
+                crate::native::serve::run(ctx, args, $n)
+            })
+        }
+    };
+}
+native_trampoline!(native_scan, crate::native::mode::Native::Scan);
+native_trampoline!(native_keys, crate::native::mode::Native::Keys);
+native_trampoline!(native_hscan, crate::native::mode::Native::Hscan);
+native_trampoline!(native_sscan, crate::native::mode::Native::Sscan);
+native_trampoline!(native_zscan, crate::native::mode::Native::Zscan);
+
 extern "C" fn snapshot_testhook(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
@@ -140,6 +168,50 @@ const COMMANDS: &[Spec] = &[
         flags: "write",
         keys: (0, 0, 0),
         acl: "keyspace write slow",
+    },
+    Spec {
+        name: "snapshot.keys",
+        func: Some(snapshot_keys),
+        flags: "readonly",
+        keys: (0, 0, 0),
+        acl: "keyspace read slow dangerous",
+    },
+    // What SCAN, KEYS, HSCAN, SSCAN, ZSCAN become under
+    // snapshot.serve-native: the native command's flags and ACL categories.
+    Spec {
+        name: "snapshot.native-scan",
+        func: Some(native_scan),
+        flags: "readonly",
+        keys: (0, 0, 0),
+        acl: "keyspace read slow",
+    },
+    Spec {
+        name: "snapshot.native-keys",
+        func: Some(native_keys),
+        flags: "readonly",
+        keys: (0, 0, 0),
+        acl: "keyspace read slow dangerous",
+    },
+    Spec {
+        name: "snapshot.native-hscan",
+        func: Some(native_hscan),
+        flags: "readonly",
+        keys: (1, 1, 1),
+        acl: "read hash slow",
+    },
+    Spec {
+        name: "snapshot.native-sscan",
+        func: Some(native_sscan),
+        flags: "readonly",
+        keys: (1, 1, 1),
+        acl: "read set slow",
+    },
+    Spec {
+        name: "snapshot.native-zscan",
+        func: Some(native_zscan),
+        flags: "readonly",
+        keys: (1, 1, 1),
+        acl: "read sortedset slow",
     },
 ];
 

@@ -57,6 +57,12 @@ enum Start {
 /// budget, after at most [`INLINE_TAKE_BUDGET`] of applying the index's
 /// backlog (else `TRYAGAIN`).
 pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
+    run_with(ctx, args, false)
+}
+
+/// [`run`]; with `retry`, a cursor sent again within `cursor::RETRY_MS`
+/// gets the same page (see `Registry::take_retryable`).
+pub fn run_with(ctx: Ctx, args: &[&[u8]], retry: bool) -> Result<(), CmdError> {
     if args.len() < 2 {
         return Err(CmdError::WrongArity);
     }
@@ -96,7 +102,22 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
         });
         Start::Open(m.open_in(db, at, crate::cluster::visible_slots()), clock)
     } else {
-        match m.cursors.take_in(cursor, db) {
+        let taken = if retry {
+            let (taken, aged) = m.cursors.take_retryable(cursor, m.mono_ms(), |edb, _| {
+                if edb == db {
+                    Ok(())
+                } else {
+                    Err(edb)
+                }
+            });
+            if !aged.is_empty() {
+                m.reaper.dispose(aged);
+            }
+            taken
+        } else {
+            m.cursors.take_in(cursor, db)
+        };
+        match taken {
             Ok(e) => Start::At {
                 snap: e.value.snap,
                 after: Some(e.value.after),
@@ -157,7 +178,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
 }
 
 /// The `LOADING` error while the index is being built after MODULE LOAD.
-pub(super) fn index_ready() -> Result<(), CmdError> {
+pub(crate) fn index_ready() -> Result<(), CmdError> {
     let p = backfill::progress();
     if p.running {
         return Err(CmdError::msg(format!(

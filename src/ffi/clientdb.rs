@@ -12,7 +12,10 @@
 //! lookup is made only for those few commands. A transaction that queues a
 //! `SELECT` is left alone (the database changes inside it).
 //!
-//! Enabled on Valkey 8 only.
+//! Enabled on Valkey 8 only. The same filter (one callback per command
+//! for the whole module) first routes the native scan commands when
+//! `snapshot.serve-native` asks for it (see `ffi::native::route`); it is
+//! registered on every server.
 
 use super::{api, Ctx};
 use redis_module::raw;
@@ -45,23 +48,20 @@ const MAX_TXNS: usize = 10_000;
 
 static TXNS: Mutex<Option<Txns>> = Mutex::new(None);
 
-/// Registers the filter (OnLoad) when `valkey_major` is 8.
+/// Registers the filter (OnLoad); the database restore is enabled when
+/// `valkey_major` is 8.
 #[allow(
     clippy::not_unsafe_ptr_arg_deref,
     reason = "ctx is the OnLoad context the server passed to the module, live for this call"
 )]
 pub fn init(ctx: Ctx, valkey_major: Option<u32>) {
-    if valkey_major != Some(8) {
-        return;
-    }
     let Some(register) = api!(RedisModule_RegisterCommandFilter) else {
         return;
     };
-    if api!(RedisModule_CommandFilterGetClientId).is_none()
-        || api!(RedisModule_GetClientInfoById).is_none()
-    {
-        return;
-    }
+    super::native::init();
+    let restore = valkey_major == Some(8)
+        && api!(RedisModule_CommandFilterGetClientId).is_some()
+        && api!(RedisModule_GetClientInfoById).is_some();
     // SAFETY: ctx is the OnLoad context; the callback is a valid extern fn
     // that lives as long as the module (which is never unloaded).
     let f = unsafe {
@@ -71,7 +71,7 @@ pub fn init(ctx: Ctx, valkey_major: Option<u32>) {
             raw::REDISMODULE_CMDFILTER_NOSELF as i32,
         )
     };
-    if !f.is_null() {
+    if !f.is_null() && restore {
         ENABLED.store(true, Ordering::Relaxed);
     }
 }
@@ -146,6 +146,13 @@ fn with_txns<T>(f: impl FnOnce(&mut Txns) -> T) -> T {
 
 extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
     let _ = std::panic::catch_unwind(|| {
+        let native = crate::config::SERVE_NATIVE.load(Ordering::Relaxed);
+        if native != 0 {
+            super::native::route(fctx, native);
+        }
+        if !ENABLED.load(Ordering::Relaxed) {
+            return;
+        }
         let (Some(arg), Some(client_id)) = (
             api!(RedisModule_CommandFilterArgGet),
             api!(RedisModule_CommandFilterGetClientId),

@@ -29,6 +29,19 @@ extern "C" fn get_numeric(_name: *const c_char, privdata: *mut c_void) -> c_long
     crate::config::value(privdata as usize)
 }
 
+extern "C" fn get_enum(_name: *const c_char, privdata: *mut c_void) -> c_int {
+    crate::config::value(privdata as usize) as c_int
+}
+
+extern "C" fn set_enum(
+    name: *const c_char,
+    val: c_int,
+    privdata: *mut c_void,
+    err: *mut *mut raw::RedisModuleString,
+) -> c_int {
+    set_numeric(name, c_longlong::from(val), privdata, err)
+}
+
 extern "C" fn set_numeric(
     _name: *const c_char,
     val: c_longlong,
@@ -65,6 +78,45 @@ extern "C" fn set_numeric(
     }
 }
 
+/// Registers row `i` as a flags config with the names of
+/// `native::mode::names` (`none`, `all`, one per command).
+fn register_flags(ctx: Ctx, name: &CString, default: i64, i: usize) -> Result<(), String> {
+    let reg = api!(RedisModule_RegisterEnumConfig).ok_or("this server has no enum configs")?;
+    let names = crate::native::mode::names();
+    let cnames: Vec<CString> = names
+        .iter()
+        .map(|(n, _)| CString::new(*n).map_err(|e| e.to_string()))
+        .collect::<Result<_, _>>()?;
+    let mut ptrs: Vec<*const c_char> = cnames.iter().map(|c| c.as_ptr()).collect();
+    let values: Vec<c_int> = names.iter().map(|&(_, v)| v as c_int).collect();
+    // SAFETY: OnLoad context; name and the value names are valid C strings
+    // and the arrays hold `names.len()` entries each, all alive for the
+    // call (the server copies them); the callbacks live as long as the
+    // module; privdata is the row index, never dereferenced.
+    let rc = unsafe {
+        reg(
+            ctx,
+            name.as_ptr(),
+            default as c_int,
+            raw::REDISMODULE_CONFIG_BITFLAGS,
+            ptrs.as_mut_ptr(),
+            values.as_ptr(),
+            names.len() as c_int,
+            Some(get_enum),
+            Some(set_enum),
+            None,
+            i as *mut c_void,
+        )
+    };
+    if rc != raw::REDISMODULE_OK as c_int {
+        return Err(format!(
+            "cannot register config {PREFIX}{}",
+            name.to_string_lossy()
+        ));
+    }
+    Ok(())
+}
+
 /// Stores the `loadmodule` arguments (`given`: row, value), registers every
 /// row (each with its argument, else its default, as default) and has the
 /// server apply the config file's `snapshot.*` lines. OnLoad only. An error
@@ -92,6 +144,10 @@ pub fn register(ctx: Ctx, given: &[(usize, i64)]) -> Result<(), String> {
         let flags = match s.kind {
             Kind::Integer => raw::REDISMODULE_CONFIG_DEFAULT,
             Kind::Memory => raw::REDISMODULE_CONFIG_MEMORY,
+            Kind::Flags => {
+                register_flags(ctx, &name, defaults[i], i)?;
+                continue;
+            }
         };
         // SAFETY: OnLoad context; name is a valid C string (the server
         // copies it); the callbacks are valid for the life of the module;
