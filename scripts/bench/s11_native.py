@@ -150,37 +150,49 @@ def part_cli_scan(ctx, srv, n_keys, rounds):
 
 
 def part_keys(ctx, srv, n_keys, rounds):
+    """KEYS * with a PING loop running: its longest round trip. "baseline" is the
+    PING loop alone for as long as the native KEYS took (what the machine's own
+    scheduling costs: on a loaded machine it is not zero)."""
     res = ctx.results
     log(f"  -- KEYS * over {n_keys:,} keys, a PING loop measuring stalls")
-    stall = {v: [] for v in VARIANTS}
-    took = {v: [] for v in VARIANTS}
+    phases = ["baseline"] + VARIANTS
+    stall = {p: [] for p in phases}
+    took = {p: [] for p in phases}
     c = redis.Redis(host="127.0.0.1", port=srv.port, socket_timeout=900)
     try:
-        for r, v in alternate(rounds, VARIANTS):
-            set_mode(srv, v)
+        for r, ph in alternate(rounds, phases):
+            if ph != "baseline":
+                set_mode(srv, ph)
             probe = Probe(ctx, srv.port)
             try:
                 t0 = time.time()
-                n = len(c.execute_command("KEYS", "*"))
+                if ph == "baseline":
+                    time.sleep(median(took["native"]) if took["native"] else 0.5)
+                    n = n_keys
+                else:
+                    n = len(c.execute_command("KEYS", "*"))
                 dt = time.time() - t0
             finally:
                 pr = probe.stop()
             if n != n_keys:
-                raise RuntimeError(f"KEYS * ({v}) returned {n} keys of {n_keys}")
-            stall[v].append(pr["max_us"] / 1000)
-            took[v].append(dt)
-            log(f"  round {r + 1} {v:7s} KEYS * took {dt * 1000:.0f} ms; longest PING "
-                f"{pr['max_us'] / 1000:.2f} ms (p99 {pr['p99_us'] / 1000:.2f} ms, {pr['count']} PINGs)")
+                raise RuntimeError(f"KEYS * ({ph}) returned {n} keys of {n_keys}")
+            stall[ph].append(pr["max_us"] / 1000)
+            took[ph].append(dt)
+            log(f"  round {r + 1} {ph:8s} " + ("no KEYS   " if ph == "baseline" else
+                                              f"KEYS * took {dt * 1000:.0f} ms;")
+                + f" longest PING {pr['max_us'] / 1000:.2f} ms (p99 {pr['p99_us'] / 1000:.2f} ms, "
+                  f"{pr['count']} PINGs)")
     finally:
         c.close()
-    med = {v: median(stall[v]) for v in VARIANTS}
-    for v in VARIANTS:
-        res.record(SC, "keys_longest_stall_ms", med[v], "ms", variant=v)
-        res.record(SC, "keys_reply_ms", 1000 * median(took[v]), "ms", variant=v)
+    med = {p: median(stall[p]) for p in phases}
+    for p in phases:
+        res.record(SC, "keys_longest_stall_ms", med[p], "ms", variant=p)
+        if p != "baseline":
+            res.record(SC, "keys_reply_ms", 1000 * median(took[p]), "ms", variant=p)
     res.target(SC, "keys_longest_stall_served_ms", med["served"], "<=", 5.0, unit=" ms",
-               note=f"native {med['native']:.1f} ms ({med['native'] / max(med['served'], 1e-3):.0f}x "
-                    f"the served figure), served {med['served']:.2f} ms; max over a run, median of "
-                    f"{rounds} runs")
+               note=f"native {med['native']:.1f} ms ({med['native'] / max(med['served'], 1e-3):.1f}x "
+                    f"the served figure), served {med['served']:.2f} ms, PING loop alone "
+                    f"{med['baseline']:.2f} ms; max over a run, median of {rounds} runs")
 
 
 def part_delete_matched(ctx, srv, users, rounds):
@@ -226,16 +238,21 @@ def part_delete_matched(ctx, srv, users, rounds):
                note=f"{med['native']:.1f} ms native vs {med['served']:.1f} ms served per "
                     f"invalidation of 10,000 keys of {n_keys:,}")
 
-    # 3. GET p99 while invalidations run back to back.
+    # 3. GET p99 while invalidations run back to back; "served paced" runs them at
+    # the rate the native loop reached, for a comparison at equal work.
     n_get = ctx.pick(100_000, 300_000)
-    phases = ["baseline"] + VARIANTS
+    phases = ["baseline"] + VARIANTS + ["served paced"]
     p99 = {p: [] for p in phases}
+    native_rate = None
     for r, ph in alternate(rounds, phases):
         loop = None
+        t0 = time.time()
         if ph != "baseline":
-            set_mode(srv, ph)
-            loop = ctx.sclient.start(srv.port, "inval", ["--scan", "SCAN", "--ids", ids, "--wrap",
-                                                         "--refill", "--seconds", 600])
+            set_mode(srv, ph.split()[0])
+            opts = ["--scan", "SCAN", "--ids", ids, "--wrap", "--refill", "--seconds", 600]
+            if ph.endswith("paced"):
+                opts += ["--rate", f"{native_rate or 2:.3f}"]
+            loop = ctx.sclient.start(srv.port, "inval", opts)
             time.sleep(0.2)
         try:
             g = next(iter(redis_benchmark(srv.port, [
@@ -244,12 +261,16 @@ def part_delete_matched(ctx, srv, users, rounds):
             lo = Sclient.finish(loop) if loop else None
         if lo and lo["errors"]:
             raise RuntimeError(f"{ph}: {lo['first_error']}")
+        if ph == "native":
+            native_rate = lo["n"] / (time.time() - t0)
         p99[ph].append(g["p99"])
-        log(f"  round {r + 1} {ph:8s} GET {fmt(g['rps']):>8} ops/s p50/p99 {g['p50']}/{g['p99']} ms"
+        log(f"  round {r + 1} {ph:12s} GET {fmt(g['rps']):>8} ops/s p50/p99 {g['p50']}/{g['p99']} ms"
             + (f"  {lo['n']} invalidations done" if lo else ""))
     med = {p: median(p99[p]) for p in phases}
     for p in phases:
         res.record(SC, "delete_matched_bg_get_p99", med[p], "ms", variant=p)
-    res.target(SC, "delete_matched_bg_get_p99_served_vs_native", med["served"] / med["native"], "<=",
-               1.0, note=f"baseline {med['baseline']} ms, native {med['native']} ms, served "
-                         f"{med['served']} ms while invalidations run back to back")
+    res.target(SC, "delete_matched_bg_get_p99_served_paced_vs_native",
+               med["served paced"] / med["native"], "<=", 1.0,
+               note=f"baseline {med['baseline']} ms, native {med['native']} ms, served at the "
+                    f"native rate {med['served paced']} ms, served back to back {med['served']} ms "
+                    f"(several times the invalidations)")
