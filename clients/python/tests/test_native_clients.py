@@ -173,8 +173,12 @@ def test_redis_py_scan_iter(standalone: Server, quiet: Any, mode: str, kw: Dict[
     ],
     ids=lambda v: str(v) if not isinstance(v, dict) else ",".join(f"{k}={x}" for k, x in v.items()) or "-",
 )
-def test_redis_py_collection_iters(standalone: Server, quiet: Any, method: str, key: str, kw: Dict[str, Any]) -> None:
-    c, _ = quiet
+@pytest.mark.parametrize("protocol", [2, 3], ids=["resp2", "resp3"])
+@pytest.mark.usefixtures("quiet")
+def test_redis_py_collection_iters(
+    standalone: Server, method: str, key: str, kw: Dict[str, Any], protocol: int
+) -> None:
+    c = standalone.client(protocol=protocol)
     cmd = method.split("_")[0]  # hscan, sscan, zscan
     if key.startswith("small:"):
         cmd += "/native"  # answered whole by the native command at cursor 0
@@ -182,7 +186,10 @@ def test_redis_py_collection_iters(standalone: Server, quiet: Any, method: str, 
     def run() -> List[Any]:
         return no_repeats(list(getattr(c, method)(key, **kw)), f"{method}({key}, {kw})")
 
-    native, served = native_then_served([standalone.port], "all", cmd, run)
+    try:
+        native, served = native_then_served([standalone.port], "all", cmd, run)
+    finally:
+        c.close()
     assert native, f"{method}({key}, {kw}) found nothing natively"
     assert served == native, f"{method}({key}, {kw}) with {CONFIG} all"
 
