@@ -13,7 +13,7 @@ the second, on every node that was scanned.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Sequence, Tuple
 
 import pytest
 import redis
@@ -84,6 +84,18 @@ def native_then_served(ports: Sequence[int], mode: str, spec: str, run: Callable
     return native, served
 
 
+def bounded(it: Iterable[Any], what: str, limit: int = 200_000, seconds: float = 60.0) -> List[Any]:
+    """Everything ``it`` yields; fails past ``limit`` items or ``seconds`` (a client
+    looping forever on a cursor that never returns to 0)."""
+    out: List[Any] = []
+    deadline = time.monotonic() + seconds
+    for item in it:
+        out.append(item)
+        if len(out) > limit or time.monotonic() > deadline:
+            raise AssertionError(f"{what}: no end after {len(out)} items")
+    return out
+
+
 def no_repeats(items: List[Any], what: str) -> List[Any]:
     assert len(set(items)) == len(items), f"{what}: an element came back twice"
     return sorted(items)
@@ -152,7 +164,7 @@ def quiet(standalone: Server) -> Iterator[Tuple[redis.Redis, List[bytes]]]:
 def test_redis_py_scan_iter(standalone: Server, quiet: Any, mode: str, kw: Dict[str, Any]) -> None:
     c, keys = quiet
     native, served = native_then_served(
-        [standalone.port], mode, "scan", lambda: no_repeats(list(c.scan_iter(**kw)), f"scan_iter({kw})")
+        [standalone.port], mode, "scan", lambda: no_repeats(bounded(c.scan_iter(**kw), "scan_iter"), f"scan_iter({kw})")
     )
     assert native, f"scan_iter({kw}) found nothing natively"
     if not kw:
@@ -184,7 +196,7 @@ def test_redis_py_collection_iters(
         cmd += "/native"  # answered whole by the native command at cursor 0
 
     def run() -> List[Any]:
-        return no_repeats(list(getattr(c, method)(key, **kw)), f"{method}({key}, {kw})")
+        return no_repeats(bounded(getattr(c, method)(key, **kw), method), f"{method}({key}, {kw})")
 
     try:
         native, served = native_then_served([standalone.port], "all", cmd, run)
@@ -209,7 +221,7 @@ def test_redis_cluster_scan_iter(cluster: Cluster, kw: Dict[str, Any]) -> None:
             rc.set(f"user:{u}", u)
         wait_indexed(ports, 300)
         native, served = native_then_served(
-            ports, "all", "scan", lambda: no_repeats(list(rc.scan_iter(**kw)), f"RedisCluster.scan_iter({kw})")
+            ports, "all", "scan", lambda: no_repeats(bounded(rc.scan_iter(**kw), "RedisCluster.scan_iter"), f"RedisCluster.scan_iter({kw})")
         )
         if not kw:
             assert native == sorted(f"user:{u}".encode() for u in range(300))
