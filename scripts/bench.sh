@@ -5,6 +5,8 @@
 # server without the module where a comparison needs one).
 #
 #   scripts/bench.sh [--quick] [--large] [--server NAME] [--only SCENARIOS]
+#                    [--server-cpus LIST --load-cpus LIST] [--io-threads N]
+#   scripts/bench.sh --prepare DIR [--server NAME ...]
 #
 #   --quick          small datasets, about 7 minutes (full run: longer, not re-timed since issue 9)
 #   --large          also the 31M-key Garnet dataset, if /proc/meminfo allows
@@ -13,6 +15,17 @@
 #                    1 interference, 2 percall, 3 invalidation, 4 hscan,
 #                    5 memory, 6 writes, 7 scale, 8 large, 9 pinned, 10 unlink,
 #                    11 native (the native commands served from snapshots, issue 18)
+#   --server-cpus LIST  pin every server to these CPUs (taskset's list format, e.g. 0-5)
+#   --load-cpus LIST    pin the load generators, scanners and probes to these (e.g. 6-15);
+#                    the two lists must not overlap. For many-core machines.
+#   --io-threads N   start every server with io-threads N (Valkey/Redis I/O threads)
+#   --prepare DIR    build everything a run needs into DIR and stop: the module,
+#                    the --server binaries (default valkey-9.1; repeatable) with the
+#                    shared libraries they link outside glibc, redis-benchmark and
+#                    redis-cli (same), the compiled sclient and no-op subscriber,
+#                    redis-py, and these scripts. On a machine without package
+#                    access (python3 >= 3.8 and glibc are all it needs), run
+#                    DIR/run.sh with the options above; results land in DIR/bench/.
 #
 # Prints progress, medians, ratios and every target with PASS/MISS; appends rows
 # to bench/results.csv; writes bench/REPORT.md with PNG charts in bench/.
@@ -27,13 +40,19 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 VENV="${SNAPSCAN_VENV:-/opt/snapscan-venv}"
 export PYTHONDONTWRITEBYTECODE=1
 PY="$VENV/bin/python"
-quick=0; large=0; server=valkey-9.1; only=""
+quick=0; large=0; server=valkey-9.1; only=""; prepare=""; prep_servers=()
+pin_args=()
 while (($#)); do
     case "$1" in
+        --server-cpus|--load-cpus|--io-threads)
+                [[ $# -ge 2 ]] || { echo "bench.sh: $1 needs a value" >&2; exit 2; }
+                pin_args+=("$1" "$2"); shift 2 ;;
+        --prepare) [[ $# -ge 2 ]] || { echo "bench.sh: --prepare needs a DIR" >&2; exit 2; }
+                prepare=$2; shift 2 ;;
         --quick) quick=1; shift ;;
         --large) large=1; shift ;;
         --server) [[ $# -ge 2 ]] || { echo "bench.sh: --server needs a NAME" >&2; exit 2; }
-                  server=$2; shift 2 ;;
+                  server=$2; prep_servers+=("$2"); shift 2 ;;
         --server=*) server=${1#*=}; shift ;;
         --only) [[ $# -ge 2 ]] || { echo "bench.sh: --only needs a list" >&2; exit 2; }
                 only=$2; shift 2 ;;
@@ -43,15 +62,28 @@ while (($#)); do
     esac
 done
 
-for tool in redis-benchmark redis-cli cc; do
+if [[ -n $prepare ]]; then
+    ((${#prep_servers[@]})) || prep_servers=(valkey-9.1)
+    exec scripts/bench/prepare.sh "$prepare" "${prep_servers[@]}"
+fi
+
+# SNAPSCAN_BENCH_OFFLINE=1: run from a directory made by --prepare (its run.sh
+# sets it): everything is prebuilt, nothing is installed or compiled.
+offline=${SNAPSCAN_BENCH_OFFLINE:-0}
+tools=(redis-benchmark redis-cli)
+((offline)) || tools+=(cc)
+for tool in "${tools[@]}"; do
     command -v "$tool" >/dev/null || { echo "bench.sh: $tool not found (run scripts/install-deps.sh)" >&2; exit 1; }
 done
-[[ -x $PY ]] || { echo "bench.sh: no venv at $VENV (run scripts/install-deps.sh)" >&2; exit 1; }
-scripts/servers.sh "$server" >/dev/null || exit 1
-
-if ! "$PY" -c 'import matplotlib, numpy' 2>/dev/null; then
-    echo "bench: installing matplotlib and numpy into $VENV"
-    timeout 600 "$PY" -m pip install --quiet --disable-pip-version-check matplotlib numpy
+if ((offline)); then
+    PY=$(command -v python3) || { echo "bench.sh: python3 not found" >&2; exit 1; }
+else
+    [[ -x $PY ]] || { echo "bench.sh: no venv at $VENV (run scripts/install-deps.sh)" >&2; exit 1; }
+    scripts/servers.sh "$server" >/dev/null || exit 1
+    if ! "$PY" -c 'import matplotlib, numpy' 2>/dev/null; then
+        echo "bench: installing matplotlib and numpy into $VENV"
+        timeout 600 "$PY" -m pip install --quiet --disable-pip-version-check matplotlib numpy
+    fi
 fi
 
 if [[ -n ${SNAPSCAN_MODULE:-} ]]; then
@@ -93,6 +125,7 @@ args=(--tmp "$tmp" --server "$server")
 ((quick)) && args+=(--quick)
 ((large)) && args+=(--large)
 [[ -n $only ]] && args+=(--only "$only")
+args+=("${pin_args[@]}")
 # Hard cap so that everything stops by itself.
 limit=$((quick ? 900 : 3600)); ((large)) && limit=$((limit + 3600))
 start=$(date +%s)

@@ -34,6 +34,13 @@ PIP_PACKAGES+=(redis==8.1.0 valkey==6.2.0 pytest==9.2.0)
 PIP_PACKAGES+=(django==5.2.19 django-redis==7.0.0)
 # --- end of the native-commands block ---
 APT_PACKAGES=(libclang-dev pkg-config redis-server redis-tools python3-venv binutils)
+# Prometheus (tests/exporter.rs, README "Monitoring with Prometheus"): the
+# Debian 12 packages prometheus-redis-exporter (redis_exporter 1.45, run by the
+# test with contrib/redis_exporter/snapscan.lua) and prometheus (for promtool,
+# which checks contrib/prometheus/snapscan-rules.yml). Installed with the other
+# Debian packages below, so apt starts neither service (policy-rc.d, as for
+# redis-server); the test runs its own exporter on a port chosen at run time.
+APT_PACKAGES+=(prometheus-redis-exporter prometheus)
 # --- third-party clients of the native-commands tests (issue 18) ---
 # Rails' ActiveSupport::Cache::RedisCacheStore#delete_matched (clients/ruby, driven
 # by tests/native_clients.rs): Debian's Ruby 3.1, ActiveSupport 6.1 and redis-rb 4.8.

@@ -26,6 +26,29 @@ BENCH_DIR = ROOT / "bench"
 
 _servers = []  # every Server started and not yet stopped
 
+# Many-core runs (bench.sh --server-cpus/--load-cpus/--io-threads, set by run.py):
+# the CPUs every server is pinned to (None: not pinned; the load generators are
+# pinned by run.py pinning itself, which its children inherit) and the server's
+# io-threads (None: the server's default).
+PIN = {"server_cpus": None, "io_threads": None}
+
+
+def parse_cpus(text):
+    """'0-5,8' -> {0, 1, 2, 3, 4, 5, 8} (taskset's list format)."""
+    out = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        lo, hi = int(lo), int(hi or lo)
+        if hi < lo:
+            raise ValueError(f"bad CPU range '{part}'")
+        out.update(range(lo, hi + 1))
+    if not out:
+        raise ValueError(f"no CPUs in '{text}'")
+    return out
+
 
 def log(msg):
     print(msg, flush=True)
@@ -53,6 +76,14 @@ def free_port():
 
 
 def server_binary(name):
+    # A prepared offline directory (bench.sh --prepare) carries its servers as
+    # $SNAPSCAN_SERVERS_DIR/<name>.
+    d = os.environ.get("SNAPSCAN_SERVERS_DIR")
+    if d:
+        path = Path(d) / name
+        if not os.access(path, os.X_OK):
+            raise RuntimeError(f"server {name} not in {d}")
+        return str(path)
     out = subprocess.run([str(ROOT / "scripts" / "servers.sh"), name], capture_output=True,
                          text=True, timeout=60)
     if out.returncode != 0 or not out.stdout.strip():
@@ -120,11 +151,17 @@ class Server:
                 args += ["--loadmodule", str(MODULE)] + self.module_args + extra
             elif self.load:
                 args += ["--loadmodule", str(self.load)]
-            for k, v in self.config.items():
+            config = dict(self.config)
+            if PIN["io_threads"] is not None:
+                config.setdefault("io-threads", PIN["io_threads"])
+            for k, v in config.items():
                 args += [f"--{k}", str(v)]
+            cpus = PIN["server_cpus"]
             self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                         start_new_session=True)
+                                         start_new_session=True,
+                                         preexec_fn=(lambda: os.sched_setaffinity(0, cpus))
+                                         if cpus else None)
             with open(self.tmp / "pids", "a") as f:
                 f.write(f"{self.proc.pid} {self.port}\n")
             deadline = time.time() + 15
@@ -348,6 +385,10 @@ def pipe_load(server, chunks, expect=None, timeout=900):
 # -- sclient (C helper) --------------------------------------------------------
 class Sclient:
     def __init__(self, tmp):
+        built = os.environ.get("SNAPSCAN_SCLIENT")  # prebuilt (bench.sh --prepare)
+        if built:
+            self.path = built
+            return
         self.path = str(Path(tmp) / "sclient")
         src = Path(__file__).resolve().parent / "sclient.c"
         subprocess.run(["cc", "-O2", "-o", self.path, str(src)], check=True, timeout=120)
@@ -436,8 +477,11 @@ class Probe:
 # -- the no-op subscriber module ----------------------------------------------
 def noop_module(tmp):
     """Compiles scripts/bench/noop_module.c against redismodule.h of the
-    redis-module 2.0.8 crate (in ~/.cargo/registry); returns the .so path."""
+    redis-module 2.0.8 crate (in ~/.cargo/registry); returns the .so path.
+    $SNAPSCAN_NOOP_MODULE names a prebuilt one (bench.sh --prepare)."""
     import glob
+    if os.environ.get("SNAPSCAN_NOOP_MODULE"):
+        return Path(os.environ["SNAPSCAN_NOOP_MODULE"])
     heads = sorted(glob.glob(os.path.expanduser(
         "~/.cargo/registry/src/*/redis-module-2.0.8/src/include/redismodule.h")))
     if not heads:

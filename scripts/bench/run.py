@@ -75,6 +75,28 @@ def revision():
         return "?"
 
 
+def pin(a):
+    """Applies --server-cpus/--load-cpus/--io-threads; returns a description or ''.
+    The load generators (sclient, redis-benchmark, redis-cli) are this process's
+    children and inherit its affinity; servers get theirs in lib.Server.start."""
+    parts = []
+    if a.server_cpus:
+        lib.PIN["server_cpus"] = lib.parse_cpus(a.server_cpus)
+        parts.append(f"servers on CPUs {a.server_cpus}")
+    if a.load_cpus:
+        os.sched_setaffinity(0, lib.parse_cpus(a.load_cpus))
+        parts.append(f"load generators and probes on CPUs {a.load_cpus}")
+    if a.server_cpus and a.load_cpus and \
+            lib.PIN["server_cpus"] & lib.parse_cpus(a.load_cpus):
+        sys.exit("bench: --server-cpus and --load-cpus overlap")
+    if a.io_threads is not None:
+        if a.io_threads < 1:
+            sys.exit("bench: --io-threads must be >= 1")
+        lib.PIN["io_threads"] = a.io_threads
+        parts.append(f"io-threads {a.io_threads}")
+    return ", ".join(parts)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tmp", required=True)
@@ -82,8 +104,12 @@ def main():
     ap.add_argument("--large", action="store_true")
     ap.add_argument("--server", default="valkey-9.1")
     ap.add_argument("--only", default="")
+    ap.add_argument("--server-cpus", default="")
+    ap.add_argument("--load-cpus", default="")
+    ap.add_argument("--io-threads", type=int, default=None)
     a = ap.parse_args()
     install_signal_handlers()
+    pinning = pin(a)
     mods = select(a.only, a.large)
     run_id = time.strftime("%Y%m%d-%H%M%S")
     mode = "quick" if a.quick else "full"
@@ -99,7 +125,11 @@ def main():
             f"module built from {revision()}")
         log(f"bench: {m['nproc']} cores ({m['cpu']}), {m['mem_total_gib']} GiB RAM "
             f"({m['mem_available_gib']} GiB available), load average {' '.join(loadavg())}")
-        log("bench: the server, the load generators, scanners and probes share these cores")
+        if pinning:
+            log(f"bench: {pinning}")
+            results.record("0-meta", "pinning", pinning)
+        else:
+            log("bench: the server, the load generators, scanners and probes share these cores")
         for k, v in m.items():
             results.record("0-meta", k, v)
         results.record("0-meta", "server_version", ver.split(" sha=")[0])
