@@ -79,7 +79,7 @@ pub struct Module {
     pub reaper: Reaper,
     pub stats: Stats,
     /// Calls of the native commands routed by `snapshot.serve-native`.
-    pub native: crate::native::Counters,
+    pub native: crate::native::Serving,
     started: Instant,
     indexer_alive: AtomicBool,
     janitor_alive: AtomicBool,
@@ -264,7 +264,7 @@ pub fn init(databases: usize, seed: u64) -> &'static Module {
         ),
         reaper: Reaper::new(),
         stats: Stats::default(),
-        native: crate::native::Counters::default(),
+        native: crate::native::Serving::default(),
         started: Instant::now(),
         indexer_alive: AtomicBool::new(false),
         janitor_alive: AtomicBool::new(false),

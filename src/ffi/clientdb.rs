@@ -146,10 +146,7 @@ fn with_txns<T>(f: impl FnOnce(&mut Txns) -> T) -> T {
 
 extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
     let _ = std::panic::catch_unwind(|| {
-        let native = crate::config::SERVE_NATIVE.load(Ordering::Relaxed);
-        if native != 0 {
-            super::native::route(fctx, native);
-        }
+        super::native::on_command(fctx);
         if !ENABLED.load(Ordering::Relaxed) {
             return;
         }

@@ -16,6 +16,18 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 /// module is never unloaded).
 static FILTER_CTX: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(std::ptr::null_mut());
 
+/// The filter's entry: routes the call when the mode or an issued cursor
+/// asks for it. One relaxed load when the mode was never on.
+pub fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
+    let mode_bits = crate::config::SERVE_NATIVE.load(Ordering::Relaxed);
+    let Some(m) = crate::state::try_get() else {
+        return;
+    };
+    if m.native.watching(mode_bits) {
+        route(fctx, mode_bits, true);
+    }
+}
+
 /// Makes [`FILTER_CTX`] (OnLoad).
 pub fn init() {
     if let Some(d) = super::thread_ctx::Detached::new() {
@@ -36,13 +48,17 @@ pub fn init() {
     clippy::not_unsafe_ptr_arg_deref,
     reason = "fctx is the live filter context the server passed to the module's command filter"
 )]
-pub fn route(fctx: *mut raw::RedisModuleCommandFilterCtx, mode_bits: i64) {
+pub fn route(fctx: *mut raw::RedisModuleCommandFilterCtx, mode_bits: i64, ever: bool) {
     let Some(arg) = api!(RedisModule_CommandFilterArgGet) else {
         return;
     };
     // SAFETY: fctx is the live filter context of the running callback.
     let name = string_bytes(unsafe { arg(fctx, 0) });
-    let Some(n) = mode::route(mode_bits, name) else {
+    // SAFETY: as above; a position past the last argument gives NULL
+    // (read as empty bytes).
+    let Some(n) = mode::route(mode_bits, ever, name, |i| {
+        string_bytes(unsafe { arg(fctx, i as c_int) })
+    }) else {
         return;
     };
     let Some(count) = api!(RedisModule_CommandFilterArgsCount) else {

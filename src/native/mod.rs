@@ -3,7 +3,8 @@
 //! Owns: the mode's flags ([`mode`]), the decision of how one call is
 //! served ([`plan`]), the module commands the filter routes SCAN, KEYS,
 //! HSCAN, SSCAN and ZSCAN to and SNAPSHOT.KEYS ([`serve`], [`keys`]), and
-//! their counters ([`Counters`], a field of `state::Module`).
+//! their state ([`Serving`], a field of `state::Module`: counters, and
+//! whether the mode was ever on).
 //!
 //! May touch: the SNAPSHOT.* machinery (`commands::scan`,
 //! `commands::collection`), the module state, and the FFI wrappers of
@@ -24,12 +25,17 @@ pub mod plan;
 pub mod serve;
 
 use mode::Native;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Per native command: calls served from a snapshot, calls run by the
-/// native command, iterations restarted natively.
+/// native command, iterations restarted natively; and whether the mode was
+/// ever on (from then on the filter routes continuations of the
+/// iterations it served whatever the mode, see `mode::route`).
+///
+/// Locking: atomics only, relaxed (figures and a one-way flag).
 #[derive(Default)]
-pub struct Counters {
+pub struct Serving {
+    ever_on: AtomicBool,
     served: [AtomicU64; 5],
     native: [AtomicU64; 5],
     restarted: [AtomicU64; 5],
@@ -43,7 +49,19 @@ pub enum Outcome {
     Restarted,
 }
 
-impl Counters {
+impl Serving {
+    /// Whether the filter should look at routable commands with mode
+    /// `bits` now (one relaxed load while the mode was never on).
+    pub fn watching(&self, bits: i64) -> bool {
+        if bits != 0 {
+            if !self.ever_on.load(Ordering::Relaxed) {
+                self.ever_on.store(true, Ordering::Relaxed);
+            }
+            return true;
+        }
+        self.ever_on.load(Ordering::Relaxed)
+    }
+
     pub fn count(&self, n: Native, o: Outcome) {
         let a = match o {
             Outcome::Served => &self.served,

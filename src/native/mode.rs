@@ -124,12 +124,36 @@ pub fn render(bits: i64) -> String {
     }
 }
 
-/// The command to route: `name` when `mode` serves it.
-pub fn route(mode: i64, name: &[u8]) -> Option<Native> {
-    if mode == 0 {
+/// Where the cursor is in a call of `n` (name at 0).
+pub const fn cursor_at(n: Native) -> Option<usize> {
+    match n {
+        Native::Scan => Some(1),
+        Native::Keys => None,
+        _ => Some(2),
+    }
+}
+
+/// The command to route: `name` when `mode` serves it; else, once the
+/// mode was ever on (`ever`), a continuation of an iteration snapscan
+/// serves (`arg(i)`: the call's argument `i`; the cursor one snapscan
+/// issued), so that switching the mode off breaks no iteration in flight.
+pub fn route<'a>(
+    mode: i64,
+    ever: bool,
+    name: &[u8],
+    arg: impl FnOnce(usize) -> &'a [u8],
+) -> Option<Native> {
+    if !ever && mode == 0 {
         return None;
     }
-    Native::from_name(name).filter(|n| mode & n.bit() != 0)
+    let n = Native::from_name(name)?;
+    if mode & n.bit() != 0 {
+        return Some(n);
+    }
+    let at = cursor_at(n)?;
+    crate::commands::args::parse_cursor(arg(at))
+        .is_ok_and(crate::cursor::is_issued)
+        .then_some(n)
 }
 
 #[cfg(test)]
@@ -181,6 +205,30 @@ mod tests {
     #[case(ALL, b"scans", None)]
     #[case(ALL, b"", None)]
     fn routes(#[case] mode: i64, #[case] name: &[u8], #[case] want: Option<Native>) {
-        assert_eq!(route(mode, name), want);
+        assert_eq!(route(mode, false, name, |_| b"0"), want);
+    }
+
+    const OURS: &[u8] = b"4611686018427387905";
+
+    #[rstest]
+    #[case::issued_scan_after_off(0, true, b"scan", &[b"scan" as &[u8], OURS], Some(Native::Scan))]
+    #[case::issued_hscan_after_off(0, true, b"HSCAN", &[b"hscan" as &[u8], b"h", OURS], Some(Native::Hscan))]
+    #[case::never_on(0, false, b"scan", &[b"scan" as &[u8], OURS], None)]
+    #[case::native_cursor(0, true, b"scan", &[b"scan" as &[u8], b"17"], None)]
+    #[case::cursor_0(0, true, b"scan", &[b"scan" as &[u8], b"0"], None)]
+    #[case::other_command_on(2, true, b"sscan", &[b"sscan" as &[u8], b"s", OURS], Some(Native::Sscan))]
+    #[case::keys_has_no_cursor(0, true, b"keys", &[b"keys" as &[u8], OURS], None)]
+    #[case::missing_cursor(0, true, b"zscan", &[b"zscan" as &[u8], b"z"], None)]
+    fn continuations_route_whatever_the_mode(
+        #[case] mode: i64,
+        #[case] ever: bool,
+        #[case] name: &[u8],
+        #[case] args: &[&[u8]],
+        #[case] want: Option<Native>,
+    ) {
+        assert_eq!(
+            route(mode, ever, name, |i| args.get(i).copied().unwrap_or(b"")),
+            want
+        );
     }
 }
