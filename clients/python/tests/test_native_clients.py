@@ -276,3 +276,67 @@ def test_django_redis_delete_pattern(standalone: Server, django_configured: None
     assert n_native == 61 * 4, n_native
     assert len(left_native) == 800 - 61 * 4
     assert (n_served, left_served) == (n_native, left_native), f"delete_pattern with {CONFIG} scan"
+
+
+# ------------------------------------------------- MULTI, Lua, ACL with redis-py ----
+def is_redis_70(c: redis.Redis) -> bool:
+    info = c.info("server")
+    return "valkey_version" not in info and str(info["redis_version"]).startswith("7.0.")
+
+
+def test_redis_py_transaction_and_script_scan_exactly_as_native(standalone: Server, quiet: Any) -> None:
+    """Contract 4 through redis-py: SCAN queued in a MULTI pipeline and called by a
+    Lua script gives the native reply, cursor included, and serves nothing from a
+    snapshot."""
+    c, _ = quiet
+    script = "return redis.call('SCAN', ARGV[1], 'COUNT', '1000')"
+
+    def run() -> Any:
+        p = c.pipeline(transaction=True)
+        p.scan(0, count=1000)
+        p.scan(0, match="user:1*", count=1000)
+        return p.execute(), c.eval(script, 0, 0)
+
+    set_mode([standalone.port], "none")
+    native = run()
+    set_mode([standalone.port], "all")
+    try:
+        before = counters(standalone.port)
+        served = run()
+        after = counters(standalone.port)
+    finally:
+        set_mode([standalone.port], "none")
+    assert served == native, "SCAN in MULTI / Lua with the mode on is not the native reply"
+    moved = {k: (before[k], after[k]) for k in before if k.endswith("_served") and after[k] != before[k]}
+    assert not moved, f"SCAN in MULTI / Lua was served from a snapshot: {moved}"
+
+
+def test_redis_py_acl_user_with_categories(standalone: Server, quiet: Any) -> None:
+    """Contract 5 through redis-py: a user allowed SCAN through its categories and
+    denied SNAPSHOT.SCAN is served from snapshots with the native key set (on
+    Redis 7.0, whose filters cannot tell the client, it gets the documented
+    NOPERM for snapshot.native-scan instead)."""
+    c, keys = quiet
+    c.execute_command(
+        "ACL", "SETUSER", "scanner", "reset", "on", ">pw", "~*", "+@keyspace", "+@read", "+@connection", "-snapshot.scan"
+    )
+    u = redis.Redis(host="127.0.0.1", port=standalone.port, username="scanner", password="pw", socket_timeout=10)
+    try:
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            u.execute_command("SNAPSHOT.SCAN", 0)
+        if is_redis_70(c):
+            set_mode([standalone.port], "scan")
+            try:
+                with pytest.raises(redis.exceptions.NoPermissionError, match="snapshot.native-scan"):
+                    list(u.scan_iter())
+            finally:
+                set_mode([standalone.port], "none")
+            return
+        native, served = native_then_served(
+            [standalone.port], "scan", "scan", lambda: no_repeats(bounded(u.scan_iter(), "scan_iter"), "scan_iter")
+        )
+        assert native == keys
+        assert served == native, f"scan_iter as a user with +@keyspace +@read, {CONFIG} scan"
+    finally:
+        u.close()
+        c.execute_command("ACL", "DELUSER", "scanner")
