@@ -27,24 +27,6 @@ fn heavy(test: &str) -> bool {
     run
 }
 
-fn index_keys(s: &Server) -> u64 {
-    let info = cmd_str(&mut s.client(), &["INFO", "snapshot"]);
-    info_field(&info, "snapshot_index_keys")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-fn dbsize(s: &Server) -> u64 {
-    query(&mut s.client(), &["DBSIZE"]).expect("DBSIZE")
-}
-
-fn info_u64(s: &Server, field: &str) -> u64 {
-    let info = cmd_str(&mut s.client(), &["INFO", "snapshot"]);
-    info_field(&info, field)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
 /// Slots owned by node `i` according to node 0.
 fn slots_of(c: &Cluster, i: usize) -> Vec<u16> {
     let owners = slot_owners(&mut c.nodes[0].client());
@@ -70,19 +52,22 @@ fn every_node_runs_snapscan_and_scans_exactly_with_hashtag_prefix_seeks() {
     c.assert_exact_everywhere("after loading 3,100 keys");
     // Every primary holds part of the keys.
     for p in 0..c.primaries {
-        assert!(dbsize(&c.nodes[p]) > 500, "primary {p} holds too few keys");
+        assert!(
+            dbsize(&mut c.nodes[p].client()) > 500,
+            "primary {p} holds too few keys"
+        );
     }
     // `{user42}:*`: every key with the prefix is in one slot, and the walk
     // stays a seek (examines only the 50 keys with the prefix).
     let owner = c.owner(key_slot(b"{user42}:"));
     let n = &c.nodes[owner];
-    let before = info_u64(n, "snapshot_entries_examined");
+    let before = info_u64(&mut n.client(), "snapshot_entries_examined");
     let got = full_scan(
         &mut n.client(),
         "SNAPSHOT.SCAN",
         &["MATCH", "{user42}:*", "COUNT", "1000"],
     );
-    let examined = info_u64(n, "snapshot_entries_examined") - before;
+    let examined = info_u64(&mut n.client(), "snapshot_entries_examined") - before;
     assert_eq!(got.len(), 50, "{{user42}}:* keys on their owner");
     assert!(
         examined <= 51,
@@ -90,7 +75,7 @@ fn every_node_runs_snapscan_and_scans_exactly_with_hashtag_prefix_seeks() {
     );
     // Another node holds none of them.
     let other = &c.nodes[(owner + 1) % c.primaries];
-    let before = info_u64(other, "snapshot_entries_examined");
+    let before = info_u64(&mut other.client(), "snapshot_entries_examined");
     let none = full_scan(
         &mut other.client(),
         "SNAPSHOT.SCAN",
@@ -98,7 +83,7 @@ fn every_node_runs_snapscan_and_scans_exactly_with_hashtag_prefix_seeks() {
     );
     assert!(none.is_empty(), "{{user42}}:* on a node without its slot");
     assert_eq!(
-        info_u64(other, "snapshot_entries_examined"),
+        info_u64(&mut other.client(), "snapshot_entries_examined"),
         before,
         "a node without the hashtag's slot checks no key"
     );
@@ -118,7 +103,7 @@ fn a_slot_taken_over_by_another_node_leaves_nothing_in_the_index() {
     }
     fill(&mut cc, "other:", 300);
     c.assert_exact_everywhere("before the takeover");
-    let before = dbsize(&c.nodes[0]);
+    let before = dbsize(&mut c.nodes[0].client());
     let mut c1 = c.nodes[1].client();
     let _: () = query(
         &mut c1,
@@ -130,12 +115,13 @@ fn a_slot_taken_over_by_another_node_leaves_nothing_in_the_index() {
         slot_owners(&mut c.nodes[0].client())[slot as usize] == c.id(1)
     });
     wait_until("node 0 dropped the keys", TOPOLOGY_TIMEOUT, || {
-        dbsize(&c.nodes[0]) == before - keys.len() as u64
+        dbsize(&mut c.nodes[0].client()) == before - keys.len() as u64
     });
     assert_exact(&c.nodes[0], "the old owner after the takeover");
     // Purged from the index itself, not only hidden.
     wait_until("index purged", Duration::from_secs(5), || {
-        index_keys(&c.nodes[0]) == dbsize(&c.nodes[0])
+        info_u64(&mut c.nodes[0].client(), "snapshot_index_keys")
+            == dbsize(&mut c.nodes[0].client())
     });
     c.assert_exact_everywhere("after the takeover");
 }
@@ -270,7 +256,7 @@ fn atomic_slot_migration_mid_import_completion_and_cancel() {
         cc.set(k, "v");
     }
     fill(&mut cc, "bg:", 1000);
-    let dst_before = dbsize(dst);
+    let dst_before = dbsize(&mut dst.client());
     let _: () = query(
         &mut src.client(),
         &["DEBUG", "SLOTMIGRATION", "PREVENT-PAUSE", "1"],
@@ -294,9 +280,13 @@ fn atomic_slot_migration_mid_import_completion_and_cancel() {
     assert!(writer.stop() > 0);
     // Mid-import: the target indexed the importing keys but shows none.
     wait_until("target received the keys", TOPOLOGY_TIMEOUT, || {
-        index_keys(dst) > dst_before
+        info_u64(&mut dst.client(), "snapshot_index_keys") > dst_before
     });
-    assert_eq!(dbsize(dst), dst_before, "DBSIZE hides importing keys");
+    assert_eq!(
+        dbsize(&mut dst.client()),
+        dst_before,
+        "DBSIZE hides importing keys"
+    );
     assert_exact(dst, "target mid-import");
     assert_exact(src, "source mid-import");
     let _: () = query(
@@ -306,15 +296,18 @@ fn atomic_slot_migration_mid_import_completion_and_cancel() {
     .unwrap();
     wait_migration(src, &range, &["success"]);
     c.wait_stable();
-    assert!(dbsize(dst) > dst_before, "the target has the slots' keys");
+    assert!(
+        dbsize(&mut dst.client()) > dst_before,
+        "the target has the slots' keys"
+    );
     c.assert_exact_everywhere("after the import completed");
     wait_until("source index purged", Duration::from_secs(5), || {
-        index_keys(src) == dbsize(src)
+        info_u64(&mut src.client(), "snapshot_index_keys") == dbsize(&mut src.client())
     });
 
     // Cancelled import: from node 1 back to node 2.
     let dst2 = &c.nodes[2];
-    let before2 = dbsize(dst2);
+    let before2 = dbsize(&mut dst2.client());
     let _: () = query(
         &mut dst.client(),
         &["DEBUG", "SLOTMIGRATION", "PREVENT-PAUSE", "1"],
@@ -335,7 +328,7 @@ fn atomic_slot_migration_mid_import_completion_and_cancel() {
     .expect("CLUSTER MIGRATESLOTS");
     wait_migration(dst, &range, &["waiting-to-pause"]);
     wait_until("node 2 received the keys", TOPOLOGY_TIMEOUT, || {
-        index_keys(dst2) > before2
+        info_u64(&mut dst2.client(), "snapshot_index_keys") > before2
     });
     assert_exact(dst2, "target of the import to cancel");
     let _: Value = query(&mut dst.client(), &["CLUSTER", "CANCELSLOTMIGRATIONS"]).unwrap();
@@ -346,9 +339,9 @@ fn atomic_slot_migration_mid_import_completion_and_cancel() {
     )
     .unwrap();
     wait_until("cancelled import purged", Duration::from_secs(5), || {
-        index_keys(dst2) == before2
+        info_u64(&mut dst2.client(), "snapshot_index_keys") == before2
     });
-    assert_eq!(dbsize(dst2), before2);
+    assert_eq!(dbsize(&mut dst2.client()), before2);
     c.assert_exact_everywhere("after the cancelled import");
 }
 
@@ -425,12 +418,7 @@ fn unlink_on_an_importing_node_skips_the_imported_keys() {
         a.extend(extra);
         query(con, &a).unwrap_or_else(|e| panic!("{a:?}: {}", err_text(&e)))
     };
-    let not_owned = |con: &mut redis::Connection| {
-        let info = cmd_str(con, &["INFO", "snapshot"]);
-        info_field(&info, "snapshot_unlink_keys_not_owned")
-            .and_then(|v| v.parse::<u64>().ok())
-            .expect("snapshot_unlink_keys_not_owned in INFO")
-    };
+    let not_owned = |con: &mut redis::Connection| info_u64(con, "snapshot_unlink_keys_not_owned");
     assert_eq!(not_owned(&mut cd), 0);
     assert_eq!(unlink(&mut cd, &["DRYRUN"]), own_keys.len() as i64);
     assert_eq!(not_owned(&mut cd), imported_keys.len() as u64);
@@ -471,11 +459,7 @@ fn unlink_on_an_importing_node_skips_the_imported_keys() {
     for k in &own_keys {
         cc.set(k, "v");
     }
-    let _: () = query(
-        &mut cd,
-        &["CONFIG", "SET", "cluster-require-full-coverage", "yes"],
-    )
-    .unwrap();
+    config_set(&mut cd, "cluster-require-full-coverage", "yes");
     let spare = slots_of(&c, 1)[1].to_string();
     let _: () = query(&mut cd, &["CLUSTER", "DELSLOTS", &spare]).unwrap();
     wait_until("the target's cluster down", TOPOLOGY_TIMEOUT, || {
@@ -585,11 +569,7 @@ fn large_collections_on_a_readonly_replica() {
     wait_until("replica in sync", TOPOLOGY_TIMEOUT, || c.replicas_in_sync());
 
     let mut r = c.nodes[1].client();
-    let _: () = query(
-        &mut r,
-        &["CONFIG", "SET", "snapshot.hash-copy-batch", "100"],
-    )
-    .unwrap();
+    config_set(&mut r, "snapshot.hash-copy-batch", "100");
     let _: () = query(&mut r, &["READONLY"]).unwrap();
     let hgetall: Vec<Vec<u8>> = query(&mut r, &["HGETALL", "h"]).unwrap();
     let got = pages(&mut r, "SNAPSHOT.HSCAN", "h", &["COUNT", "700"], false);
@@ -645,7 +625,7 @@ fn large_collections_on_a_readonly_replica() {
         TOPOLOGY_TIMEOUT,
         || query::<i64>(&mut r, &["HEXISTS", "h", "w0"]).unwrap() == 1,
     );
-    let retries_before = info_u64(&c.nodes[1], "snapshot_hash_copy_retries");
+    let retries_before = info_u64(&mut c.nodes[1].client(), "snapshot_hash_copy_retries");
     let mut sizes = Vec::new();
     for round in 0..8 {
         let (next, names): (String, Vec<Vec<u8>>) = query(
@@ -672,7 +652,7 @@ fn large_collections_on_a_readonly_replica() {
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let writes = writer.join().unwrap();
-    let retries = info_u64(&c.nodes[1], "snapshot_hash_copy_retries") - retries_before;
+    let retries = info_u64(&mut c.nodes[1].client(), "snapshot_hash_copy_retries") - retries_before;
     eprintln!("{writes} writes; w-fields per copy {sizes:?}; {retries} restarts");
     assert!(
         writes > 0 && sizes.last() > sizes.first(),
@@ -697,11 +677,7 @@ fn asking_on_an_importing_node_copies_a_large_hash() {
     let _: () = query(&mut cs, &["CLUSTER", "SETSLOT", &s, "MIGRATING", c.id(1)]).unwrap();
     let port = dst.port().to_string();
     let _: Value = query(&mut cs, &["MIGRATE", "127.0.0.1", &port, &key, "0", "5000"]).unwrap();
-    let _: () = query(
-        &mut cd,
-        &["CONFIG", "SET", "snapshot.hash-copy-batch", "100"],
-    )
-    .unwrap();
+    config_set(&mut cd, "snapshot.hash-copy-batch", "100");
 
     let native = expect_err(&mut cd, &["HGETALL", &key]);
     let snap = expect_err(&mut cd, &["SNAPSHOT.HSCAN", &key, "0"]);

@@ -16,8 +16,7 @@ use common::*;
 use redis::Value;
 use rstest::rstest;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const REFUSED_LOAD: &str = "Error loading the extension";
 
@@ -69,10 +68,6 @@ fn threads(pid: u32) -> usize {
             })
             .count()
     })
-}
-
-fn log_text(path: &Path) -> String {
-    String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned()
 }
 
 // ------------------------------------------------ loadmodule / MODULE LOAD
@@ -131,7 +126,7 @@ fn load_arguments_refused(#[case] args: &[&str], #[case] why: &str) {
     );
     let line = format!("snapscan: refusing to load: {why}");
     assert!(
-        log_text(&server.log_path()).contains(&line),
+        server.log_text().contains(&line),
         "no {line:?} in the log:\n{}",
         server.log_tail(10)
     );
@@ -151,9 +146,7 @@ fn load_arguments_refused(#[case] args: &[&str], #[case] why: &str) {
     });
 
     // At startup the server refuses to start, with the same line in its log.
-    let mut argv = vec!["--loadmodule".to_string(), path_str(&module_path())];
-    argv.extend(args.iter().map(|a| a.to_string()));
-    let log = start_expecting_exit(None, &argv);
+    let log = start_expecting_exit(ServerOpts::new().module_args(args));
     assert!(
         log.contains(&line),
         "no {line:?} in the startup log:\n{log}"
@@ -171,7 +164,7 @@ fn loadex_config_is_range_checked_and_wins_over_args() {
         &["MODULE", "LOADEX", &m, "CONFIG", "snapshot.workers", "0"],
     );
     assert!(e.contains(REFUSED_LOAD), "{e}");
-    let log = log_text(&server.log_path());
+    let log = server.log_text();
     assert!(
         log.contains("snapshot.workers") && log.contains("between 1 and 64"),
         "{}",
@@ -265,11 +258,11 @@ fn config_file(
     std::fs::write(&conf, text).unwrap();
     match want {
         Ok(want) => {
-            let p = Proc::start(Some(&conf), &[]).unwrap_or_else(|log| panic!("{log}"));
-            assert_configs(&mut p.client(), want);
+            let server = Server::start_with(ServerOpts::without_module().config_file(&conf));
+            assert_configs(&mut server.client(), want);
         }
         Err(why) => {
-            let log = start_expecting_exit(Some(&conf), &[]);
+            let log = start_expecting_exit(ServerOpts::without_module().config_file(&conf));
             assert!(log.contains(why), "no {why:?} in the startup log:\n{log}");
         }
     }
@@ -281,103 +274,10 @@ fn path_str(p: &Path) -> String {
     p.to_str().expect("a UTF-8 module path").to_string()
 }
 
-/// A server started directly (a config file first, then `--name value`
-/// options), for the cases the harness does not cover: a config file and a
-/// server that must refuse to start.
-struct Proc {
-    child: Option<Child>,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Proc {
-    /// Starts the server; `Err(log)` if it exits before answering PING.
-    fn start(conf: Option<&Path>, args: &[String]) -> Result<Proc, String> {
-        let dir = tempfile::Builder::new()
-            .prefix("snapscan-test-")
-            .tempdir()
-            .unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let log_path = dir.path().join("server.log");
-        let log = std::fs::File::create(&log_path).unwrap();
-        let mut cmd = Command::new(server_binary());
-        if let Some(c) = conf {
-            cmd.arg(c);
-        }
-        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .arg("--dir")
-            .arg(dir.path())
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log);
-        let child = cmd.spawn().unwrap();
-        let mut p = Proc {
-            child: Some(child),
-            port,
-            _dir: dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let child = p.child.as_mut().unwrap();
-            if let Ok(Some(_)) = child.try_wait() {
-                p.child = None;
-                return Err(log_text(&log_path));
-            }
-            let ping = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
-                .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
-                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
-            if ping.is_ok() {
-                return Ok(p);
-            }
-            assert!(
-                Instant::now() < deadline,
-                "server neither answered nor exited:\n{}",
-                log_text(&log_path)
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    fn client(&self) -> redis::Connection {
-        let c = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port)).unwrap();
-        let con = c.get_connection_with_timeout(CLIENT_TIMEOUT).unwrap();
-        con.set_read_timeout(Some(CLIENT_TIMEOUT)).unwrap();
-        con
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        if let Ok(mut con) = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))
-            .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)))
-        {
-            let _: redis::RedisResult<Value> = redis::cmd("SHUTDOWN").arg("NOSAVE").query(&mut con);
-        }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-}
-
 /// Starts a server that must refuse to start; returns its log.
-fn start_expecting_exit(conf: Option<&Path>, args: &[String]) -> String {
-    match Proc::start(conf, args) {
-        Ok(_) => panic!("the server started with {conf:?} {args:?}"),
+fn start_expecting_exit(opts: ServerOpts) -> String {
+    match Server::try_start_with(opts.clone()) {
+        Ok(_) => panic!("the server started with {opts:?}"),
         Err(log) => log,
     }
 }

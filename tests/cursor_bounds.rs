@@ -49,11 +49,7 @@ fn a_lowered_max_open_cursors_is_reached_within_a_few_janitor_ticks() {
     let server = Server::start_with(ServerOpts::new().module_args(&["max-open-cursors", "10000"]));
     let (mut con, continued) = with_open_cursors(&server);
     let evicted = info_u64(&mut con, "snapshot_cursors_evicted");
-    let _: () = query(
-        &mut con,
-        &["CONFIG", "SET", "snapshot.max-open-cursors", "10"],
-    )
-    .unwrap();
+    config_set(&mut con, "snapshot.max-open-cursors", "10");
     wait_until("the open iterations down to the new limit", POLL, || {
         info_u64(&mut con, "snapshot_open_snapshots") <= 10
     });
@@ -75,11 +71,7 @@ fn many_idle_cursors_expire_in_chunks() {
     let server = Server::start_with(ServerOpts::new().module_args(&["max-open-cursors", "10000"]));
     let (mut con, _) = with_open_cursors(&server);
     let expired = info_u64(&mut con, "snapshot_cursors_expired");
-    let _: () = query(
-        &mut con,
-        &["CONFIG", "SET", "snapshot.cursor-idle-timeout", "1"],
-    )
-    .unwrap();
+    config_set(&mut con, "snapshot.cursor-idle-timeout", "1");
     wait_until("every idle iteration expired", POLL, || {
         info_u64(&mut con, "snapshot_open_snapshots") == 0
     });

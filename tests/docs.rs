@@ -149,10 +149,7 @@ fn snapshot_events(con: &mut Connection) -> Vec<String> {
 fn index_build_slices_are_latency_events() {
     let server = Server::start_with(ServerOpts::without_module());
     let mut con = server.client();
-    cmd_str(
-        &mut con,
-        &["CONFIG", "SET", "latency-monitor-threshold", "1"],
-    );
+    config_set(&mut con, "latency-monitor-threshold", "1");
     cmd_str(&mut con, &["DEBUG", "POPULATE", "200000", "k", "8"]);
     server.module_load(&["backfill-batch", "1000000"]).unwrap();
     wait_until("the index build", Duration::from_secs(60), || {
@@ -207,10 +204,7 @@ fn inline_walks_and_copies_follow_the_threshold() {
     };
     run(&mut con);
     assert_eq!(snapshot_events(&mut con), Vec::<String>::new());
-    cmd_str(
-        &mut con,
-        &["CONFIG", "SET", "latency-monitor-threshold", "1"],
-    );
+    config_set(&mut con, "latency-monitor-threshold", "1");
     run(&mut con);
     assert_eq!(
         snapshot_events(&mut con),
@@ -218,10 +212,7 @@ fn inline_walks_and_copies_follow_the_threshold() {
     );
     // And back off.
     cmd_str(&mut con, &["LATENCY", "RESET"]);
-    cmd_str(
-        &mut con,
-        &["CONFIG", "SET", "latency-monitor-threshold", "0"],
-    );
+    config_set(&mut con, "latency-monitor-threshold", "0");
     run(&mut con);
     assert_eq!(snapshot_events(&mut con), Vec::<String>::new());
 }

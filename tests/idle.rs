@@ -138,11 +138,7 @@ fn scans_keep_the_index_and_an_open_iteration_holds_the_drop_off() {
 fn with_the_index_dropped_writes_to_other_keys_do_not_restart_a_copy() {
     let server = idle_server("1");
     let mut con = server.client();
-    let _: () = query(
-        &mut con,
-        &["CONFIG", "SET", "snapshot.hash-copy-batch", "10"],
-    )
-    .unwrap();
+    config_set(&mut con, "snapshot.hash-copy-batch", "10");
     for start in (0..50_000).step_by(1000) {
         let mut c = redis::cmd("HSET");
         c.arg("h");
@@ -196,11 +192,7 @@ fn setting_the_timeout_to_zero_rebuilds_a_dropped_index_at_once() {
     let got: Vec<String> =
         query(&mut con, &["CONFIG", "GET", "snapshot.index-idle-timeout"]).unwrap();
     assert_eq!(got[1], "1");
-    let _: () = query(
-        &mut con,
-        &["CONFIG", "SET", "snapshot.index-idle-timeout", "0"],
-    )
-    .unwrap();
+    config_set(&mut con, "snapshot.index-idle-timeout", "0");
     wait_until("rebuilt without a scan", Duration::from_secs(15), || {
         info_u64(&mut con, "snapshot_index_dropped") == 0
             && info_u64(&mut con, "snapshot_backfill_in_progress") == 0

@@ -13,14 +13,7 @@ use std::time::{Duration, Instant};
 
 fn persistence(s: &Server, field: &str) -> String {
     let info = cmd_str(&mut s.client(), &["INFO", "persistence"]);
-    info_field(&info, field).unwrap_or_default()
-}
-
-fn snapshot_info(s: &Server, field: &str) -> u64 {
-    let info = cmd_str(&mut s.client(), &["INFO", "snapshot"]);
-    info_field(&info, field)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    info_field(&info, field).unwrap_or_else(|| panic!("no {field} in INFO persistence:\n{info}"))
 }
 
 fn in_sync(primary: &Server, replica: &Server) -> bool {
@@ -60,7 +53,8 @@ fn pair(keys: usize, value_len: usize, extra: &[(&str, &str)]) -> (Server, Serve
     )
     .unwrap();
     wait_until("initial sync", Duration::from_secs(20), || {
-        in_sync(&primary, &replica) && snapshot_info(&replica, "snapshot_backfill_in_progress") == 0
+        in_sync(&primary, &replica)
+            && info_u64(&mut replica.client(), "snapshot_backfill_in_progress") == 0
     });
     assert_exact(&replica, "replica after the initial sync");
     // The replica streams from its primary (not just loaded its snapshot).
@@ -78,7 +72,7 @@ fn pair(keys: usize, value_len: usize, extra: &[(&str, &str)]) -> (Server, Serve
 /// more than its 16 KB backlog holds, plus `writes`.
 fn force_full_sync(primary: &Server, writes: &[&[&str]]) {
     let mut c = primary.client();
-    let _: () = query(&mut c, &["CONFIG", "SET", "repl-backlog-size", "16384"]).unwrap();
+    config_set(&mut c, "repl-backlog-size", "16384");
     let mut pipe = redis::pipe();
     pipe.atomic();
     pipe.cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica");
@@ -137,16 +131,12 @@ fn swapdb_load(extra: &[(&str, &str)]) {
     // sync was a dual-channel one loads its next full syncs the blocking
     // way (server behaviour: its replication id differs from the primary's).
     for (k, v) in extra {
-        let _: () = query(&mut primary.client(), &["CONFIG", "SET", k, v]).unwrap();
+        config_set(&mut primary.client(), k, v);
     }
     let old = native_keys(&mut replica.client());
     // Slow the load down: 100 µs per key, about 2 s.
-    let _: () = query(
-        &mut replica.client(),
-        &["CONFIG", "SET", "key-load-delay", "100"],
-    )
-    .unwrap();
-    let runs_before = snapshot_info(&replica, "snapshot_backfill_runs");
+    config_set(&mut replica.client(), "key-load-delay", "100");
+    let runs_before = info_u64(&mut replica.client(), "snapshot_backfill_runs");
     force_full_sync(
         &primary,
         &[
@@ -182,13 +172,13 @@ fn swapdb_load(extra: &[(&str, &str)]) {
     wait_until("the new dataset indexed", Duration::from_secs(20), || {
         persistence(&replica, "async_loading") == "0"
             && in_sync(&primary, &replica)
-            && snapshot_info(&replica, "snapshot_backfill_runs") > runs_before
-            && snapshot_info(&replica, "snapshot_backfill_in_progress") == 0
+            && info_u64(&mut replica.client(), "snapshot_backfill_runs") > runs_before
+            && info_u64(&mut replica.client(), "snapshot_backfill_in_progress") == 0
     });
     let new = snapshot_keys(&mut rc);
     assert!(new.contains(&b"new:1".to_vec()) && !new.contains(&b"k:1".to_vec()));
     assert_exact(&replica, "replica after the switch");
-    assert!(snapshot_info(&replica, "snapshot_backfill_runs") > runs_before);
+    assert!(info_u64(&mut replica.client(), "snapshot_backfill_runs") > runs_before);
     assert_no_skipped_diskless_load(&replica);
     if !extra.is_empty() {
         let log = std::fs::read_to_string(replica.log_path()).unwrap_or_default();
@@ -200,12 +190,12 @@ fn swapdb_load(extra: &[(&str, &str)]) {
 
     // An aborted load: the primary drops the link while the replica loads.
     let old = native_keys(&mut rc);
-    let runs_before = snapshot_info(&replica, "snapshot_backfill_runs");
+    let runs_before = info_u64(&mut replica.client(), "snapshot_backfill_runs");
     force_full_sync(&primary, &[&["SET", "lost:1", "v"]]);
     wait_async_loading(&replica);
     // The replica reconnects at once: its next load must not end during
     // the checks below (1 ms per key at the primary's end).
-    let _: () = query(&mut pc, &["CONFIG", "SET", "rdb-key-save-delay", "1000"]).unwrap();
+    config_set(&mut pc, "rdb-key-save-delay", "1000");
     let _: Value = query(&mut pc, &["CLIENT", "KILL", "TYPE", "replica"]).unwrap();
     wait_until("the load aborted", Duration::from_secs(20), || {
         std::fs::read_to_string(replica.log_path())
@@ -218,15 +208,11 @@ fn swapdb_load(extra: &[(&str, &str)]) {
     assert_eq!(snap, old, "the old index after an aborted load");
     assert_eq!(native_keys(&mut rc), old);
     assert_eq!(
-        snapshot_info(&replica, "snapshot_backfill_runs"),
+        info_u64(&mut replica.client(), "snapshot_backfill_runs"),
         runs_before,
         "an aborted load rebuilds nothing"
     );
-    let _: () = query(
-        &mut replica.client(),
-        &["CONFIG", "SET", "key-load-delay", "0"],
-    )
-    .unwrap();
+    config_set(&mut replica.client(), "key-load-delay", "0");
 }
 
 #[test]

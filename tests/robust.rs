@@ -105,11 +105,7 @@ fn a_panicking_thread_is_logged_counted_and_restarted() {
     }
     assert_eq!(info_u64(&mut con, "snapshot_thread_failures"), 0);
     // The janitor still expires idle cursors after its restart.
-    let _: () = query(
-        &mut con,
-        &["CONFIG", "SET", "snapshot.cursor-idle-timeout", "1"],
-    )
-    .unwrap();
+    config_set(&mut con, "snapshot.cursor-idle-timeout", "1");
     let expired = info_u64(&mut con, "snapshot_cursors_expired");
     let (_, _): (String, Vec<String>) =
         query(&mut con, &["SNAPSHOT.SCAN", "0", "COUNT", "1"]).unwrap();
@@ -144,7 +140,7 @@ fn failed_spawns_are_counted_logged_and_retried() {
     });
     // A failed worker spawn at runtime (CONFIG SET) is counted and retried.
     hook(&mut con, &["FAIL-SPAWNS", "1"]);
-    let _: () = query(&mut con, &["CONFIG", "SET", "snapshot.workers", "3"]).unwrap();
+    config_set(&mut con, "snapshot.workers", "3");
     assert_eq!(info_u64(&mut con, "snapshot_thread_failures"), 4);
     wait_until("the third worker", Duration::from_secs(10), || {
         info_u64(&mut con, "snapshot_workers") == 3
@@ -288,7 +284,7 @@ fn expiry_inside_a_busy_script_is_judged_at_the_scripts_frozen_clock() {
         // uses the wall clock there (documented in the README).
         return;
     }
-    let _: () = query(&mut con, &["CONFIG", "SET", "busy-reply-threshold", "100"]).unwrap();
+    config_set(&mut con, "busy-reply-threshold", "100");
     for k in ["edge:a", "edge:b", "edge:c"] {
         let _: () = query(&mut con, &["SET", k, "v", "PX", TTL_MS]).unwrap();
     }
@@ -329,7 +325,7 @@ fn pages_served_outside_the_script_use_what_the_script_learned_of_its_clock() {
     if !server.is_valkey() && server.version() < (7, 2, 0) {
         return;
     }
-    let _: () = query(&mut con, &["CONFIG", "SET", "busy-reply-threshold", "100"]).unwrap();
+    config_set(&mut con, "busy-reply-threshold", "100");
     for (count, rest) in [("1", vec![]), ("2", vec!["edge:b"])] {
         let _: () = query(&mut con, &["FLUSHALL"]).unwrap();
         let _: () = query(&mut con, &["SET", "edge:0", "v"]).unwrap();
@@ -361,7 +357,7 @@ fn the_issue_case_exists_and_scan_agree() {
     if !server.is_valkey() && server.version() < (7, 2, 0) {
         return;
     }
-    let _: () = query(&mut con, &["CONFIG", "SET", "busy-reply-threshold", "100"]).unwrap();
+    config_set(&mut con, "busy-reply-threshold", "100");
     // The issue's case (PX 200, a script of about 0.5 s), with the margins
     // of the other tests.
     let _: () = query(&mut con, &["SET", "edge", "v", "PX", TTL_MS]).unwrap();
@@ -400,7 +396,7 @@ redis.register_function('busy_scan', function(keys, args)
   return {redis.call('EXISTS', 'edge'), redis.call('SNAPSHOT.SCAN', '0', 'MATCH', 'edge')}
 end)";
     let _: String = query(&mut con, &["FUNCTION", "LOAD", lib]).unwrap();
-    let _: () = query(&mut con, &["CONFIG", "SET", "busy-reply-threshold", "100"]).unwrap();
+    config_set(&mut con, "busy-reply-threshold", "100");
     let _: () = query(&mut con, &["SET", "edge", "v", "PX", TTL_MS]).unwrap();
     let (exists, (cursor, found)): (i64, (String, Vec<String>)) =
         query(&mut con, &["FCALL", "busy_scan", "0", BUSY_MS]).unwrap();
@@ -479,19 +475,11 @@ fn without_a_cap_nothing_is_ended_and_retained_versions_are_counted() {
     );
     let mut con = server.client();
     // A memory config: accepts `1gb`-style values.
-    let _: () = query(
-        &mut con,
-        &["CONFIG", "SET", "snapshot.max-retained-bytes", "1gb"],
-    )
-    .unwrap();
+    config_set(&mut con, "snapshot.max-retained-bytes", "1gb");
     let got: Vec<String> =
         query(&mut con, &["CONFIG", "GET", "snapshot.max-retained-bytes"]).unwrap();
     assert_eq!(got[1], "1073741824");
-    let _: () = query(
-        &mut con,
-        &["CONFIG", "SET", "snapshot.max-retained-bytes", "0"],
-    )
-    .unwrap();
+    config_set(&mut con, "snapshot.max-retained-bytes", "0");
     let _: Value = query(&mut con, &["DEBUG", "POPULATE", "20000"]).unwrap();
     let mut cursors = Vec::new();
     for i in 0..6 {

@@ -87,10 +87,6 @@ fn all_stack_names() -> BTreeSet<String> {
     STACK_MODULES.iter().map(|m| m.2.to_string()).collect()
 }
 
-fn ok(con: &mut Connection, args: &[&str]) -> Value {
-    query(con, args).unwrap_or_else(|e| panic!("{args:?}: {}", err_text(&e)))
-}
-
 /// SNAPSHOT.SCAN over everything with `extra` options, sorted, as strings.
 fn snap(con: &mut Connection, extra: &[&str]) -> Vec<String> {
     let mut keys: Vec<String> = full_scan(con, "SNAPSHOT.SCAN", extra)

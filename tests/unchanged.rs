@@ -8,13 +8,6 @@ mod common;
 use common::*;
 use std::time::{Duration, Instant};
 
-fn stat(con: &mut redis::Connection, name: &str) -> u64 {
-    let info = cmd_str(con, &["INFO", "snapshot"]);
-    info_field(&info, &format!("snapshot_{name}"))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no snapshot_{name} in INFO"))
-}
-
 fn snapshot_keys(con: &mut redis::Connection, extra: &[&str]) -> Vec<String> {
     let mut keys: Vec<String> = full_scan(con, "SNAPSHOT.SCAN", extra)
         .into_iter()
@@ -42,16 +35,16 @@ fn rewriting_plain_strings_logs_nothing_and_changes_nothing() {
     let s = Server::start();
     let mut con = s.client();
     set_all(&mut con, "k", 500, &[]);
-    let before = stat(&mut con, "events_unchanged_skipped");
+    let before = info_u64(&mut con, "snapshot_events_unchanged_skipped");
     set_all(&mut con, "k", 500, &[]);
-    let skipped = stat(&mut con, "events_unchanged_skipped") - before;
+    let skipped = info_u64(&mut con, "snapshot_events_unchanged_skipped") - before;
     assert_eq!(skipped, 500, "every rewrite of a plain string is skipped");
     assert_eq!(snapshot_keys(&mut con, &["COUNT", "100"]).len(), 500);
     // A new key is always logged.
     cmd_str(&mut con, &["SET", "fresh", "v"]);
     assert!(snapshot_keys(&mut con, &["MATCH", "fresh"]) == vec!["fresh".to_string()]);
     assert_eq!(
-        stat(&mut con, "events_unchanged_skipped") - before,
+        info_u64(&mut con, "snapshot_events_unchanged_skipped") - before,
         500,
         "the new key was logged"
     );
@@ -94,11 +87,12 @@ fn the_filter_rebuilt_from_the_index_stays_exact() {
     let s = Server::start();
     let mut con = s.client();
     let n = 20_000;
-    let bytes_before = stat(&mut con, "filter_bytes");
-    let t0 = Instant::now();
+    let bytes_before = info_u64(&mut con, "snapshot_filter_bytes");
     // More keys with an expiry than the first filter is sized for: the
     // indexer rebuilds it (bigger) while these keep coming.
     set_all(&mut con, "t", n, &["PX", "1500"]);
+    // Every key was set by now: all of them expire 1500 ms from here or sooner.
+    let t0 = Instant::now();
     // Expiries cleared on half of them: each must reach the index.
     let mut p = redis::pipe();
     for i in (0..n).step_by(2) {
@@ -106,7 +100,7 @@ fn the_filter_rebuilt_from_the_index_stays_exact() {
     }
     p.query::<()>(&mut con).expect("pipeline");
     wait_until("a bigger filter", Duration::from_secs(10), || {
-        stat(&mut con, "filter_bytes") > bytes_before
+        info_u64(&mut con, "snapshot_filter_bytes") > bytes_before
     });
     wait_until("the expiries to pass", Duration::from_secs(10), || {
         t0.elapsed() > Duration::from_millis(1700)
@@ -125,7 +119,7 @@ fn the_filter_rebuilt_from_the_index_stays_exact() {
 fn rewriting_collections_logs_once_and_stays_exact() {
     let s = Server::start();
     let mut con = s.client();
-    let before = stat(&mut con, "events_unchanged_skipped");
+    let before = info_u64(&mut con, "snapshot_events_unchanged_skipped");
     let mut p = redis::pipe();
     for i in 0..200 {
         p.cmd("HSET")
@@ -137,7 +131,7 @@ fn rewriting_collections_logs_once_and_stays_exact() {
         p.cmd("ZADD").arg("z").arg(i).arg(format!("m{i}")).ignore();
     }
     p.query::<()>(&mut con).expect("pipeline");
-    let skipped = stat(&mut con, "events_unchanged_skipped") - before;
+    let skipped = info_u64(&mut con, "snapshot_events_unchanged_skipped") - before;
     assert_eq!(skipped, 3 * 199, "all but each key's first write skipped");
     for (ty, key) in [("hash", "h"), ("set", "s"), ("zset", "z")] {
         assert_eq!(

@@ -36,11 +36,8 @@ fn keys(con: &mut Connection, pattern: &str) -> BTreeSet<Vec<u8>> {
     v.into_iter().collect()
 }
 
-fn dbsize(con: &mut Connection) -> i64 {
-    query(con, &["DBSIZE"]).unwrap()
-}
-
-fn populate(con: &mut Connection, n: usize) {
+/// `n` keys `key:0..` (DEBUG POPULATE), taken in by the index.
+fn populate_keys(con: &mut Connection, n: usize) {
     let _: () = query(con, &["DEBUG", "POPULATE", &n.to_string(), "key"]).unwrap();
     // The index has taken in the new keys (its own work, not measured here).
     wait_until("the index to catch up", POLL, || {
@@ -72,7 +69,7 @@ fn in_background(
 /// Makes deletions take many turns of the event loop (a few keys per
 /// slice), so a test can act while one runs.
 fn slow_slices(con: &mut Connection) {
-    let _: () = query(con, &["CONFIG", "SET", "snapshot.unlink-batch", "5"]).unwrap();
+    config_set(con, "snapshot.unlink-batch", "5");
 }
 
 /// Waits until the running deletion has unlinked some keys.
@@ -177,7 +174,7 @@ fn exactly_the_matching_keys_go_and_nothing_else() {
 fn a_large_deletion_runs_in_slices_while_others_are_served() {
     let server = Server::start();
     let mut con = server.client();
-    populate(&mut con, LARGE);
+    populate_keys(&mut con, LARGE);
     let _: () = query(&mut con, &["SET", "other", "v"]).unwrap();
     let (h, done) = in_background(&server, &["key:*"]);
     // Another client is served while the deletion runs.
@@ -214,7 +211,7 @@ fn keys_written_after_the_call_are_left_alone() {
     let server = Server::start();
     let mut con = server.client();
     slow_slices(&mut con);
-    populate(&mut con, SMALLER);
+    populate_keys(&mut con, SMALLER);
     let (h, done) = in_background(&server, &["key:*"]);
     wait_started(&mut con, 0);
     // Sorts after every key:<digits>: reached last.
@@ -315,7 +312,7 @@ fn refused_in_multi_lua_and_functions() {
 fn a_caller_that_disconnects_does_not_stop_the_deletion() {
     let server = Server::start();
     let mut con = server.client();
-    populate(&mut con, LARGE);
+    populate_keys(&mut con, LARGE);
     {
         let mut s = std::net::TcpStream::connect(("127.0.0.1", server.port())).unwrap();
         s.write_all(b"*2\r\n$15\r\nSNAPSHOT.UNLINK\r\n$5\r\nkey:*\r\n")
@@ -333,7 +330,7 @@ fn flushdb_during_the_slices_stops_it() {
     let server = Server::start();
     let mut con = server.client();
     slow_slices(&mut con);
-    populate(&mut con, SMALLER);
+    populate_keys(&mut con, SMALLER);
     let (h, _done) = in_background(&server, &["key:*"]);
     wait_started(&mut con, 0);
     // Atomically: what is left, then the flush.
@@ -360,7 +357,7 @@ fn swapdb_during_the_slices_stops_it() {
     let server = Server::start();
     let mut con = server.client();
     slow_slices(&mut con);
-    populate(&mut con, SMALLER);
+    populate_keys(&mut con, SMALLER);
     let _: () = query(&mut con, &["SELECT", "1"]).unwrap();
     for i in 0..50 {
         let _: () = query(&mut con, &["SET", &format!("key:{i}"), "db1"]).unwrap();
@@ -412,17 +409,13 @@ fn replicas_see_ordinary_deletions_and_refuse_it() {
 fn allowed_under_oom() {
     let server = Server::start();
     let mut con = server.client();
-    populate(&mut con, 20_000);
-    let _: () = query(
-        &mut con,
-        &["CONFIG", "SET", "maxmemory-policy", "noeviction"],
-    )
-    .unwrap();
-    let _: () = query(&mut con, &["CONFIG", "SET", "maxmemory", "1"]).unwrap();
+    populate_keys(&mut con, 20_000);
+    config_set(&mut con, "maxmemory-policy", "noeviction");
+    config_set(&mut con, "maxmemory", "1");
     let e = expect_err(&mut con, &["SET", "x", "y"]);
     assert!(e.starts_with("OOM"), "{e}");
     assert_eq!(unlink(&mut con, &["key:*"]), 20_000);
-    let _: () = query(&mut con, &["CONFIG", "SET", "maxmemory", "0"]).unwrap();
+    config_set(&mut con, "maxmemory", "0");
 }
 
 #[test]
@@ -466,7 +459,7 @@ fn a_user_deleted_mid_way_deletes_nothing_more() {
     let server = Server::start();
     let mut con = server.client();
     slow_slices(&mut con);
-    populate(&mut con, SMALLER);
+    populate_keys(&mut con, SMALLER);
     let _: () = query(
         &mut con,
         &["ACL", "SETUSER", "u", "on", ">pw", "~key:*", "+@all"],
@@ -487,11 +480,7 @@ fn a_user_deleted_mid_way_deletes_nothing_more() {
     });
     let denied = info_u64(&mut con, "snapshot_unlink_keys_denied");
     assert!(denied > 0);
-    assert_eq!(
-        dbsize(&mut con) as u64,
-        denied,
-        "the keys left are those denied"
-    );
+    assert_eq!(dbsize(&mut con), denied, "the keys left are those denied");
 }
 
 #[test]
@@ -499,7 +488,7 @@ fn becoming_a_replica_mid_way_stops_it() {
     let server = Server::start();
     let mut con = server.client();
     slow_slices(&mut con);
-    populate(&mut con, SMALLER);
+    populate_keys(&mut con, SMALLER);
     let (h, _done) = in_background(&server, &["key:*"]);
     wait_started(&mut con, 0);
     // A primary that does not answer: read-only replica at once, data kept.

@@ -19,7 +19,7 @@ const KEYS: usize = 20_000;
 fn keys_renamed_copied_or_moved_in_after_the_call_are_left_alone() {
     let server = Server::start();
     let mut con = server.client();
-    let _: () = query(&mut con, &["CONFIG", "SET", "snapshot.unlink-batch", "5"]).unwrap();
+    config_set(&mut con, "snapshot.unlink-batch", "5");
     let _: () = query(&mut con, &["DEBUG", "POPULATE", &KEYS.to_string(), "key"]).unwrap();
     wait_until("the index to catch up", POLL, || {
         info_u64(&mut con, "snapshot_index_backlog") == 0

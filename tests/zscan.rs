@@ -1,8 +1,8 @@
 //! SNAPSHOT.ZSCAN against a real server and its native ZSCAN: listpack and
 //! skiplist sorted sets with writes between pages, scores byte for byte as
 //! native ZSCAN formats them, COUNT honoured for every encoding, NOSCORES
-//! (also where native ZSCAN lacks it), MATCH, errors, MULTI / Lua /
-//! functions, key specs and ACL categories.
+//! (also where native ZSCAN lacks it), MATCH, errors, key specs and ACL
+//! categories (MULTI / Lua / functions: tests/collections.rs).
 //!
 //! Ground truth is the native `ZSCAN` iteration taken right before cursor 0,
 //! with no write in between.
@@ -16,48 +16,6 @@ use rstest::rstest;
 const CMD: &str = "SNAPSHOT.ZSCAN";
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
-/// Scores whose formatting differs between servers and encodings.
-const SCORES: &[&str] = &[
-    "0",
-    "-0",
-    "1",
-    "-1",
-    "1.5",
-    "0.1",
-    "0.3",
-    "3.0000000000000004",
-    "1e300",
-    "-1e-300",
-    "123456789012345678",
-    "9007199254740993",
-    "1.7976931348623157e308",
-    "5e-324",
-    "inf",
-    "-inf",
-    "2.5e-5",
-    "100000000000000000000",
-    "0.30000000000000004",
-    "1234.5678",
-];
-
-/// Fills `key` with `n` members, scores cycling through [`SCORES`] plus
-/// fractions.
-fn populate(con: &mut redis::Connection, key: &str, n: usize) {
-    for chunk in (0..n).collect::<Vec<_>>().chunks(500) {
-        let mut c = redis::cmd("ZADD");
-        c.arg(key);
-        for &i in chunk {
-            let score = match i % 3 {
-                0 => SCORES[i / 3 % SCORES.len()].to_string(),
-                1 => format!("{}", i as f64 / 7.0),
-                _ => i.to_string(),
-            };
-            c.arg(score).arg(format!("m{i:05}"));
-        }
-        let _: i64 = c.query(con).unwrap();
-    }
-}
-
 #[rstest]
 #[case::listpack(100, "listpack", 7)]
 #[case::skiplist(3_000, "skiplist", 7)]
@@ -69,7 +27,7 @@ fn point_in_time_scores_as_native_with_writes_between_pages(
 ) {
     let server = Server::start();
     let mut con = server.client();
-    populate(&mut con, "z", n);
+    fill_zset(&mut con, "z", n);
     assert_eq!(encoding(&mut con, "z"), enc);
     let truth = native(&mut con, "ZSCAN", "z", &["COUNT", "100"], 2);
     assert_eq!(truth.len(), n);
@@ -124,7 +82,7 @@ fn every_score_format_is_natives(#[case] big: bool) {
     }
     let _: i64 = c.query(&mut con).unwrap();
     if big {
-        populate(&mut con, "z", 300);
+        fill_zset(&mut con, "z", 300);
     }
     assert_eq!(
         encoding(&mut con, "z"),
@@ -157,7 +115,7 @@ fn every_score_format_is_natives(#[case] big: bool) {
 fn noscores_count_and_match() {
     let server = Server::start();
     let mut con = server.client();
-    populate(&mut con, "z", 100);
+    fill_zset(&mut con, "z", 100);
     // Native ZSCAN returns a listpack whole; COUNT bounds our pages.
     let (next, p) = page(&mut con, "ZSCAN", "z", "0", &["COUNT", "5"]);
     assert_eq!((next.as_str(), p.len()), ("0", 200));
@@ -202,7 +160,7 @@ fn missing_key_wrongtype_and_argument_errors() {
     for k in ["str", "h", "s"] {
         assert_eq!(expect_err(&mut con, &[CMD, k, "0"]), WRONGTYPE, "{k}");
     }
-    populate(&mut con, "z", 50);
+    fill_zset(&mut con, "z", 50);
     for (args, want) in [
         (
             &[CMD, "z"][..],
@@ -235,45 +193,11 @@ fn missing_key_wrongtype_and_argument_errors() {
 }
 
 #[test]
-fn multi_lua_and_functions_match_the_blocking_path() {
-    let server = Server::start();
-    let mut con = server.client();
-    populate(&mut con, "z", 3_000);
-    let truth = native(&mut con, "ZSCAN", "z", &["COUNT", "100"], 2);
-    assert_same(
-        &to_elems(&multi_loop(&mut con, CMD, "z", 77), 2),
-        &truth,
-        "MULTI",
-    );
-    let flat: Vec<Bytes> = redis::cmd("EVAL")
-        .arg(lua_loop(CMD))
-        .arg(1)
-        .arg("z")
-        .arg(77)
-        .query(&mut con)
-        .expect("EVAL");
-    assert_same(&to_elems(&flat, 2), &truth, "EVAL");
-    let lib = format!(
-        "#!lua name=zscanlib\nlocal function all(KEYS, ARGV)\n{}\nend\nredis.register_function{{function_name='zscan_all', callback=all, flags={{'no-writes'}}}}",
-        lua_loop(CMD)
-    );
-    let _: String = query(&mut con, &["FUNCTION", "LOAD", &lib]).expect("FUNCTION LOAD");
-    let flat: Vec<Bytes> = redis::cmd("FCALL")
-        .arg("zscan_all")
-        .arg(1)
-        .arg("z")
-        .arg(77)
-        .query(&mut con)
-        .expect("FCALL");
-    assert_same(&to_elems(&flat, 2), &truth, "FCALL");
-}
-
-#[test]
 fn key_specs_and_acl_categories_like_zscan() {
     let server = Server::start();
     let mut con = server.client();
     check_key_specs(&mut con, &server, CMD, &["read", "sortedset", "slow"]);
-    populate(&mut con, "z", 20);
+    fill_zset(&mut con, "z", 20);
     let _: () = query(
         &mut con,
         &["ACL", "SETUSER", "r", "on", ">pw", "%R~z*", "+@all"],
@@ -300,12 +224,8 @@ fn sliced_copy_under_a_hammering_writer_is_one_instant() {
     let server = Server::start();
     let mut con = server.client();
     // 50 slices of 100 members for 5,000 members.
-    let _: () = query(
-        &mut con,
-        &["CONFIG", "SET", "snapshot.hash-copy-batch", "100"],
-    )
-    .unwrap();
-    populate(&mut con, "z", 5_000);
+    config_set(&mut con, "snapshot.hash-copy-batch", "100");
+    fill_zset(&mut con, "z", 5_000);
     let base = native(&mut con, "ZSCAN", "z", &["COUNT", "1000"], 2);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut w = server.client();

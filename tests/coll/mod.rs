@@ -1,4 +1,5 @@
-//! Helpers shared by the SNAPSHOT.SSCAN and SNAPSHOT.ZSCAN tests: iterate a
+//! Helpers shared by the collection tests (SNAPSHOT.SSCAN, SNAPSHOT.ZSCAN, and
+//! tests/collections.rs; SNAPSHOT.HSCAN uses its key-spec check): iterate a
 //! snapshot command or its native counterpart, check page shapes and the
 //! documented order (byte order of the member, each once).
 #![allow(dead_code)]
@@ -13,6 +14,43 @@ pub type Elems = BTreeMap<Bytes, Bytes>;
 
 /// Upper bound on the calls of any one iteration.
 pub const MAX_CALLS: usize = 100_000;
+
+/// Scores whose formatting differs between servers and encodings.
+pub const SCORES: &[&str] = &[
+    "0",
+    "-0",
+    "1",
+    "-1",
+    "1.5",
+    "0.1",
+    "0.3",
+    "3.0000000000000004",
+    "1e300",
+    "-1e-300",
+    "123456789012345678",
+    "9007199254740993",
+    "1.7976931348623157e308",
+    "5e-324",
+    "inf",
+    "-inf",
+    "2.5e-5",
+    "100000000000000000000",
+    "0.30000000000000004",
+    "1234.5678",
+];
+
+/// Fills `key` with `n` members, scores cycling through [`SCORES`] plus
+/// fractions.
+pub fn fill_zset(con: &mut redis::Connection, key: &str, n: usize) {
+    populate(con, "ZADD", key, n, |i| {
+        let score = match i % 3 {
+            0 => SCORES[i / 3 % SCORES.len()].to_string(),
+            1 => format!("{}", i as f64 / 7.0),
+            _ => i.to_string(),
+        };
+        vec![score, format!("m{i:05}")]
+    });
+}
 
 pub fn try_page(
     con: &mut Connection,
@@ -153,8 +191,9 @@ pub fn check_key_specs(con: &mut Connection, server: &Server, cmd: &str, cats: &
     if server.is_valkey() || server.version() >= (8, 0, 0) {
         for cat in cats {
             let cmds: Vec<String> = query(con, &["ACL", "CAT", cat]).unwrap();
+            // Listed in lower case, as the server registers it.
             assert!(
-                cmds.iter().any(|c| c.eq_ignore_ascii_case(cmd)),
+                cmds.contains(&cmd.to_ascii_lowercase()),
                 "ACL CAT {cat} lacks {cmd}"
             );
         }
@@ -175,19 +214,44 @@ return out"
     )
 }
 
-/// The whole iteration in pages sent as MULTI/EXEC transactions.
-pub fn multi_loop(con: &mut Connection, cmd: &str, key: &str, count: usize) -> Vec<Bytes> {
+/// One page sent as a MULTI/EXEC transaction.
+pub fn multi_page(
+    con: &mut Connection,
+    cmd: &str,
+    key: &str,
+    cursor: &str,
+    count: usize,
+) -> (String, Vec<Bytes>) {
+    let ((next, p),): ((String, Vec<Bytes>),) = redis::pipe()
+        .atomic()
+        .cmd(cmd)
+        .arg(key)
+        .arg(cursor)
+        .arg("COUNT")
+        .arg(count)
+        .query(con)
+        .unwrap_or_else(|e| panic!("MULTI/EXEC {cmd} {key} {cursor}: {}", err_text(&e)));
+    (next, p)
+}
+
+/// The whole iteration in pages sent as MULTI/EXEC transactions, checking
+/// that no page carries more than `count` elements (`width` strings each).
+pub fn multi_loop(
+    con: &mut Connection,
+    cmd: &str,
+    key: &str,
+    count: usize,
+    width: usize,
+) -> Vec<Bytes> {
     let (mut cursor, mut out) = ("0".to_string(), Vec::new());
     for _ in 0..MAX_CALLS {
-        let ((next, p),): ((String, Vec<Bytes>),) = redis::pipe()
-            .atomic()
-            .cmd(cmd)
-            .arg(key)
-            .arg(&cursor)
-            .arg("COUNT")
-            .arg(count)
-            .query(con)
-            .expect("MULTI/EXEC");
+        let (next, p) = multi_page(con, cmd, key, &cursor, count);
+        assert_eq!(p.len() % width, 0, "ragged page");
+        assert!(
+            p.len() / width <= count,
+            "MULTI {cmd}: a page carries {} elements, COUNT is {count}",
+            p.len() / width
+        );
         out.extend(p);
         cursor = next;
         if cursor == "0" {

@@ -25,6 +25,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 const SAVE_TIMEOUT: Duration = Duration::from_secs(60);
 const PORT_ATTEMPTS: usize = 5;
+/// How a start failure where the process exited begins.
+const EXITED: &str = "server exited with";
 
 /// How to start a server. `ServerOpts::new()` loads the module; `default()` does not.
 #[derive(Debug, Default, Clone)]
@@ -37,6 +39,8 @@ pub struct ServerOpts {
     pub replica_of: Option<u16>,
     /// Other modules (`path`, `args`), loaded in this order before snapscan (`before`) or after it.
     pub extra_modules: Vec<ExtraModule>,
+    /// A config file, read before the command-line options.
+    pub config_file: Option<PathBuf>,
 }
 
 /// A module other than snapscan for [`ServerOpts::extra_modules`].
@@ -65,6 +69,11 @@ impl ServerOpts {
     pub fn config(mut self, name: &str, value: &str) -> Self {
         self.extra_config
             .push((name.to_string(), value.to_string()));
+        self
+    }
+    /// Starts the server with the config file at `path` (its first argument).
+    pub fn config_file(mut self, path: &Path) -> Self {
+        self.config_file = Some(path.to_path_buf());
         self
     }
     pub fn replica_of(mut self, port: u16) -> Self {
@@ -106,25 +115,49 @@ impl Server {
         Server::start_with(ServerOpts::new())
     }
 
+    /// Starts a server; panics with its log's tail if it does not answer.
     pub fn start_with(opts: ServerOpts) -> Server {
+        let mut server = Server::stopped(opts);
+        if let Err(why) = server.launch() {
+            server.fail_start(&why)
+        }
+        server
+    }
+
+    /// Starts a server that may refuse to start: `Err(its whole log)` if it
+    /// exits before answering PING (panics if it neither answers nor exits).
+    pub fn try_start_with(opts: ServerOpts) -> Result<Server, String> {
+        let mut server = Server::stopped(opts);
+        match server.launch() {
+            Ok(()) => Ok(server),
+            Err(why) if why.starts_with(EXITED) => Err(server.log_text()),
+            Err(why) => server.fail_start(&why),
+        }
+    }
+
+    /// A server not started yet, with its temporary directory.
+    fn stopped(opts: ServerOpts) -> Server {
         let dir = tempfile::Builder::new()
             .prefix("snapscan-test-")
             .tempdir()
             .expect("tempdir");
-        let mut server = Server {
+        Server {
             child: None,
             port: 0,
             dir,
             opts,
             info: OnceLock::new(),
-        };
+        }
+    }
+
+    /// Spawns on a free port, retrying another when one is taken.
+    fn launch(&mut self) -> Result<(), String> {
         for attempt in 1..=PORT_ATTEMPTS {
-            server.port = free_port();
-            match server.spawn() {
-                Ok(()) => return server,
+            self.port = free_port();
+            match self.spawn() {
                 // Someone took the port between our probe and the server's bind: try another.
                 Err(log) if log.contains("Address already in use") && attempt < PORT_ATTEMPTS => {}
-                Err(log) => server.fail_start(&log),
+                done => return done,
             }
         }
         unreachable!()
@@ -242,6 +275,9 @@ impl Server {
             .open(self.log_path())
             .unwrap();
         let mut cmd = Command::new(server_binary());
+        if let Some(conf) = &self.opts.config_file {
+            cmd.arg(conf);
+        }
         cmd.arg("--port")
             .arg(self.port.to_string())
             .args(["--bind", "127.0.0.1"]);
@@ -285,10 +321,7 @@ impl Server {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             if let Ok(Some(status)) = child.try_wait() {
-                return Err(format!(
-                    "server exited with {status}\n{}",
-                    self.log_tail(40)
-                ));
+                return Err(format!("{EXITED} {status}\n{}", self.log_tail(40)));
             }
             // PING answers -LOADING until the RDB is loaded. Then make sure the server
             // that answered is ours, not another one that won the race for the port.
@@ -331,11 +364,15 @@ impl Server {
         )
     }
 
+    /// The server's whole log.
+    pub fn log_text(&self) -> String {
+        String::from_utf8_lossy(&std::fs::read(self.log_path()).unwrap_or_default()).into_owned()
+    }
+
     /// The last `n` lines of the server's log, or for a crash the `n` lines that end
     /// 30 lines into the crash report (its stack trace; the rest is memory-test noise).
     pub fn log_tail(&self, n: usize) -> String {
-        let text = String::from_utf8_lossy(&std::fs::read(self.log_path()).unwrap_or_default())
-            .into_owned();
+        let text = self.log_text();
         let lines: Vec<&str> = text.lines().collect();
         let end = lines
             .iter()
@@ -455,6 +492,26 @@ pub fn query<T: FromRedisValue>(con: &mut Connection, args: &[&str]) -> RedisRes
     redis::cmd(args[0]).arg(&args[1..]).query(con)
 }
 
+/// Runs `args`, panicking with the server's error line if it fails.
+pub fn ok(con: &mut Connection, args: &[&str]) -> Value {
+    query(con, args).unwrap_or_else(|e| panic!("{args:?}: {}", err_text(&e)))
+}
+
+/// The server's clock (`TIME`), Unix ms.
+pub fn server_ms(con: &mut Connection) -> i64 {
+    let (s, us): (i64, i64) = query(con, &["TIME"]).expect("TIME");
+    s * 1000 + us / 1000
+}
+
+/// How the error for a cursor that cannot be continued ends.
+pub const UNKNOWN_TAIL: &str =
+    "is unknown, already used or expired; restart the scan from cursor 0";
+
+/// The error for cursor `c` when it cannot be continued.
+pub fn unknown_cursor(c: &str) -> String {
+    format!("ERR cursor {c} {UNKNOWN_TAIL}")
+}
+
 /// Runs `args`, panicking on error, and returns the reply as strings.
 pub fn cmd_strs(con: &mut Connection, args: &[&str]) -> Vec<String> {
     query(con, args).unwrap_or_else(|e| panic!("{args:?}: {e}"))
@@ -474,14 +531,82 @@ pub fn info_field(info: &str, name: &str) -> Option<String> {
     })
 }
 
+/// A numeric field of `INFO <section>` (e.g. `stats`, `evicted_keys`), or
+/// `None` where the reply has no such line; panics if it is not a number.
+pub fn info_opt_u64(con: &mut Connection, section: &str, name: &str) -> Option<u64> {
+    let info = cmd_str(con, &["INFO", section]);
+    info_field(&info, name).map(|v| {
+        v.parse()
+            .unwrap_or_else(|e| panic!("INFO {section} {name}={v}: {e}"))
+    })
+}
+
+/// A numeric field of an INFO reply (to read several from one reply);
+/// panics, with the reply, if it is missing or not a number.
+pub fn info_num(info: &str, name: &str) -> u64 {
+    info_field(info, name)
+        .unwrap_or_else(|| panic!("no {name} in INFO:\n{info}"))
+        .parse()
+        .unwrap_or_else(|e| panic!("INFO {name}: {e}"))
+}
+
+/// A numeric field of `INFO <section>`; panics, with the section, if it is
+/// missing or not a number.
+pub fn info_section_u64(con: &mut Connection, section: &str, name: &str) -> u64 {
+    info_num(&cmd_str(con, &["INFO", section]), name)
+}
+
 /// A numeric field of `INFO snapshot` (`snapshot_...`); panics, with the
 /// section, if it is missing or not a number.
 pub fn info_u64(con: &mut Connection, name: &str) -> u64 {
-    let info = cmd_str(con, &["INFO", "snapshot"]);
-    info_field(&info, name)
-        .unwrap_or_else(|| panic!("no {name} in INFO snapshot:\n{info}"))
-        .parse()
-        .unwrap_or_else(|e| panic!("{name}: {e}"))
+    info_section_u64(con, "snapshot", name)
+}
+
+/// `snapshot_index_keys_db<db>`. INFO lists only the non-empty databases
+/// (README, INFO fields), so a database without a line holds 0 keys.
+pub fn index_keys_db(con: &mut Connection, db: u32) -> u64 {
+    info_opt_u64(con, "snapshot", &format!("snapshot_index_keys_db{db}")).unwrap_or(0)
+}
+
+/// `DBSIZE` of the selected database.
+pub fn dbsize(con: &mut Connection) -> u64 {
+    query(con, &["DBSIZE"]).expect("DBSIZE")
+}
+
+/// `DBSIZE` of database `db`: SELECTs it, then database 0 again.
+pub fn dbsize_in(con: &mut Connection, db: u32) -> u64 {
+    let _: () = query(con, &["SELECT", &db.to_string()]).expect("SELECT");
+    let n = dbsize(con);
+    let _: () = query(con, &["SELECT", "0"]).expect("SELECT 0");
+    n
+}
+
+/// `CONFIG SET name value`; panics with the server's error if it is refused
+/// (use [`query`] to test a refusal).
+pub fn config_set(con: &mut Connection, name: &str, value: &str) {
+    let _: () = query(con, &["CONFIG", "SET", name, value])
+        .unwrap_or_else(|e| panic!("CONFIG SET {name} {value}: {}", err_text(&e)));
+}
+
+/// Fills collection `key` with `cmd key args(0).. args(1).. ...` for `0..n`, 500
+/// elements a command (e.g. `HSET` with `|i| vec![field, value]`).
+pub fn populate(
+    con: &mut Connection,
+    cmd: &str,
+    key: &str,
+    n: usize,
+    args: impl Fn(usize) -> Vec<String>,
+) {
+    for start in (0..n).step_by(500) {
+        let mut c = redis::cmd(cmd);
+        c.arg(key);
+        for i in start..(start + 500).min(n) {
+            c.arg(args(i));
+        }
+        let _: i64 = c
+            .query(con)
+            .unwrap_or_else(|e| panic!("{cmd} {key}: {}", err_text(&e)));
+    }
 }
 
 /// Names of the loaded modules (Redis 8.2 also lists `vectorset`, Valkey 9.1 `lua`).

@@ -1,0 +1,79 @@
+//! Cursors.
+
+use super::*;
+
+#[test]
+fn cursors_are_single_use_nonzero_until_the_end_and_distinct() {
+    let server = Server::start();
+    let mut con = server.client();
+    let keys = fill(&mut con, "k", 50);
+    let mut cursor = "0".to_string();
+    let mut seen_cursors = Vec::new();
+    let mut got = Vec::new();
+    let mut pages = 0;
+    loop {
+        let (next, items) = page(&mut con, &cursor, &["COUNT", "7"]);
+        pages += 1;
+        assert!(pages <= 8, "more pages than ceil(50/7)");
+        got.extend(items.clone());
+        if cursor != "0" {
+            // The consumed cursor is gone, whatever the options.
+            assert_eq!(
+                expect_err(&mut con, &["SNAPSHOT.SCAN", &cursor, "COUNT", "7"]),
+                unknown_cursor(&cursor)
+            );
+        }
+        if next == "0" {
+            assert_eq!(got.len(), 50, "ended early after {pages} pages");
+            break;
+        }
+        assert_eq!(items.len(), 7, "a non-final page is full");
+        let n: u64 = next.parse().expect("cursor parses as u64");
+        assert!(n != 0 && n < 1 << 63);
+        assert!(!seen_cursors.contains(&n), "cursor {n} repeated");
+        seen_cursors.push(n);
+        cursor = next;
+    }
+    assert_eq!(pages, 8);
+    assert_eq!(got, keys, "exactly the keys, once, in byte order");
+    assert_eq!(info_u64(&mut con, "snapshot_open_snapshots"), 0);
+}
+
+#[test]
+fn cursor_from_another_db_is_refused_and_stays_valid() {
+    let server = Server::start();
+    let mut con = server.client();
+    let mut other = server.client();
+    let keys = fill(&mut con, "k", 30);
+    let _: () = query(&mut other, &["SELECT", "2"]).unwrap();
+    let _: () = query(&mut other, &["SET", "db2key", "v"]).unwrap();
+
+    let (c1, p1) = page(&mut con, "0", &["COUNT", "10"]);
+    assert_eq!(
+        expect_err(&mut other, &["SNAPSHOT.SCAN", &c1, "COUNT", "10"]),
+        format!("ERR cursor {c1} belongs to database 0, not 2; restart the scan from cursor 0")
+    );
+    // Twice: the refusal does not consume it.
+    assert_eq!(
+        expect_err(&mut other, &["SNAPSHOT.SCAN", &c1]),
+        format!("ERR cursor {c1} belongs to database 0, not 2; restart the scan from cursor 0")
+    );
+    let (c2, p2) = page(&mut con, &c1, &["COUNT", "10"]);
+    assert_ne!(c2, "0");
+    assert_eq!(p1.into_iter().chain(p2).collect::<Vec<_>>(), keys[..20]);
+
+    // Same for a connection that SELECTs away and back.
+    let _: () = query(&mut con, &["SELECT", "2"]).unwrap();
+    assert_eq!(
+        expect_err(&mut con, &["SNAPSHOT.SCAN", &c2]),
+        format!("ERR cursor {c2} belongs to database 0, not 2; restart the scan from cursor 0")
+    );
+    assert_eq!(
+        to_strings(full_scan(&mut con, "SNAPSHOT.SCAN", &[])),
+        vec!["db2key"]
+    );
+    let _: () = query(&mut con, &["SELECT", "0"]).unwrap();
+    let (c3, p3) = page(&mut con, &c2, &["COUNT", "10"]);
+    assert_eq!(c3, "0");
+    assert_eq!(p3, keys[20..]);
+}

@@ -1,0 +1,75 @@
+//! Commands that change a key in another db than the caller's.
+
+use super::*;
+
+fn client_db(con: &mut Connection) -> u32 {
+    let info = cmd_str(con, &["CLIENT", "INFO"]);
+    info.split_whitespace()
+        .find_map(|f| f.strip_prefix("db="))
+        .and_then(|d| d.parse().ok())
+        .unwrap_or_else(|| panic!("no db= in CLIENT INFO: {info}"))
+}
+
+/// A command that writes a key in another db (MOVE, COPY ... DB, a script's
+/// MOVE, DEBUG RELOAD loading keys of db 3) must leave the caller's selected
+/// db alone; the table cases re-SELECT after such commands so that they test
+/// the index on every server.
+///
+/// Valkey 8.1 selects the event's db on the calling client before it calls a
+/// module subscribed to keyspace events (valkey-io/valkey#4024); snapscan
+/// selects the caller's db back (src/ffi/clientdb.rs).
+#[rstest]
+#[case::move_("SET a 1; MOVE a 3", "0: @bg0 marker; 3: @bg3 a")]
+#[case::copy_db("SET a 1; COPY a a DB 3", "0: @bg0 a marker; 3: @bg3 a")]
+#[case::eval_move(
+    "SET a 1; EVAL \"redis.call('MOVE','a','3'); return redis.call('SET','inscript','1')\" 0",
+    "0: @bg0 inscript marker; 3: @bg3 a"
+)]
+#[case::debug_reload(
+    "SELECT 3; SET a 1; SELECT 0; DEBUG RELOAD",
+    "0: @bg0 marker; 3: @bg3 a"
+)]
+fn client_db_survives_cross_db_notifications(#[case] script: &str, #[case] expect: &str) {
+    let (_server, mut con, mut chk) = server_with_bg();
+    assert!(run_script(&mut con, &mut chk, script, &[0, 3], true));
+    assert_eq!(client_db(&mut con), 0, "{script}: the client left db 0");
+    let _: () = query(&mut con, &["SET", "marker", "1"]).unwrap();
+    assert_keyspace(&mut chk, &parse_expect(expect), script);
+    assert_index_matches(&mut chk, &[0, 3]);
+}
+
+/// MOVE / COPY ... DB inside MULTI/EXEC: the index must record the key in
+/// the target db.
+#[rstest]
+#[case::move_("SET a 1; MULTI; MOVE a 3; EXEC", "0: @bg0; 3: @bg3 a")]
+#[case::copy_db("SET a 1; MULTI; COPY a b DB 3; EXEC", "0: @bg0 a; 3: @bg3 b")]
+#[case::move_then_write(
+    "MULTI; SET a 1; MOVE a 3; SET b 1; MOVE bg3:str 0; EXEC",
+    "0: @bg0 b; 3: @bg3 a"
+)]
+fn multi_exec_cross_db_commands(#[case] script: &str, #[case] expect: &str) {
+    let expect = parse_expect(expect);
+    let (_server, mut con, mut chk) = server_with_bg();
+    assert!(run_script(&mut con, &mut chk, script, &[0, 3], true));
+    assert_keyspace(&mut chk, &expect, script);
+    assert_index_sizes(&mut chk, &[0, 3]);
+}
+
+/// A replica applies MOVE / COPY ... DB from the replication stream; its
+/// keyspace and index must equal the primary's.
+#[test]
+fn replica_follows_cross_db_commands() {
+    let (primary, mut p, mut pchk) = server_with_bg();
+    let (_replica, mut r) = start_replica(&primary);
+    let dbs = [0, 3, 5];
+    let script =
+        "SET x 1; MOVE x 5; SELECT 0; SET y 1; COPY y z DB 3; SELECT 0; SET w 1; DEL bg0:str";
+    assert!(run_script(&mut p, &mut pchk, script, &dbs, true));
+    let expect = parse_expect("0: @bg0 -bg0:str y w; 3: @bg3 z; 5: x");
+    assert_keyspace(&mut pchk, &expect, "primary");
+    wait_until("the replica to catch up", WAIT, || {
+        repl_offset(&mut r) == repl_offset(&mut pchk)
+    });
+    assert_keyspace(&mut r, &expect, "replica");
+    assert_replica_matches(&mut pchk, &mut r, &dbs, "after cross-db writes");
+}
