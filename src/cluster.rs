@@ -5,14 +5,23 @@
 //!   cursor-0 instant: slots it (or, for a replica, its primary) owns, plus
 //!   slots it imports the legacy way (`CLUSTER SETSLOT ... IMPORTING`, whose
 //!   keys `SCAN` shows), minus slots being imported by an atomic slot
-//!   migration (`CLUSTER MIGRATESLOTS`, Valkey 9+, whose keys `SCAN` hides
-//!   until the import completes).
-//! - The served slots are read from `CLUSTER NODES` at every server cron
-//!   tick (`hz`, 10 per second by default), paced so that the reads take at
-//!   most 1/[`COST_SHARE`] of the main thread (the reply grows with the
-//!   number of nodes), and at every slot-migration event. Slots that stop being served are purged from the index by the
-//!   indexer thread (off the main thread): some servers delete a lost
-//!   slot's keys without any notification (Redis 7.0).
+//!   migration (Valkey 9+'s `CLUSTER MIGRATESLOTS`, Redis 8.4+'s `CLUSTER
+//!   MIGRATION IMPORT`, whose keys `SCAN` hides until the import completes).
+//! - The served slots are read from `CLUSTER NODES`. A read happens when the
+//!   server's cluster configuration file (`nodes.conf`) changed since the
+//!   last one: the server rewrites it, before replying to anything, after
+//!   every change of slot ownership or role (ADDSLOTS, DELSLOTS, SETSLOT,
+//!   failover, an update from another node). Its `stat` is checked at every
+//!   cursor 0 (`SNAPSHOT.SCAN`), every `SNAPSHOT.UNLINK` slice and every
+//!   cron tick, a few microseconds each. A paced read at cron (at least
+//!   [`MIN_PAUSE`] apart, at most 1/[`COST_SHARE`] of the main thread)
+//!   remains as a safety net.
+//! - Atomic slot migration events change the view at once, before the file
+//!   is read: Valkey 9+'s (import started/completed/aborted, export
+//!   completed) and Redis 8.4+'s (slot migration and trim events).
+//! - Slots that stop being served are purged from the index by the indexer
+//!   thread (off the main thread): some servers delete a lost slot's keys
+//!   without any notification (Redis 7.0; Redis 8.4+'s background trim).
 //! - A cancelled or failed atomic import purges the slots it imported.
 
 use crate::ffi::locked::{LockedCell, ServerLock};
@@ -20,8 +29,9 @@ use crate::ffi::{self, server, Ctx};
 use crate::index::Op;
 use crate::slot::{served_from_nodes, SlotSet};
 use crate::state;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 static CLUSTER: AtomicBool = AtomicBool::new(false);
@@ -38,6 +48,37 @@ struct View {
     /// `served` without legacy imports, whose keys the server refuses to
     /// let a module's `RM_Call` write (SNAPSHOT.UNLINK skips them).
     owned: Option<Arc<SlotSet>>,
+    /// The cluster configuration file's [`Stamp`] as of the last read of
+    /// `CLUSTER NODES`.
+    stamp: Option<Stamp>,
+}
+
+/// What `stat` says of the cluster configuration file: the server replaces
+/// it (a new file renamed over the old) or rewrites it at every topology
+/// change, so any change of the file changes this.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+/// The cluster configuration file (`cluster-config-file`), relative to the
+/// server's working directory (the process's, as the server's writes are).
+static CONFIG_FILE: OnceLock<PathBuf> = OnceLock::new();
+
+fn config_stamp() -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let md = std::fs::metadata(CONFIG_FILE.get()?).ok()?;
+    Some(Stamp {
+        dev: md.dev(),
+        ino: md.ino(),
+        size: md.size(),
+        mtime: (md.mtime(), md.mtime_nsec()),
+        ctime: (md.ctime(), md.ctime_nsec()),
+    })
 }
 
 static VIEW: Mutex<Option<View>> = Mutex::new(None);
@@ -49,12 +90,27 @@ fn with_view<T>(f: impl FnOnce(&mut View) -> T) -> T {
 
 impl View {
     fn recompute(&mut self) {
-        self.visible = self
-            .served
-            .as_ref()
-            .map(|s| Arc::new(s.minus(&self.importing)));
+        self.visible = if HIDES_UNOWNED.load(Ordering::Relaxed) {
+            self.served
+                .as_ref()
+                .map(|s| Arc::new(s.minus(&self.importing)))
+        } else if self.importing.is_empty() {
+            None
+        } else {
+            let mut all = SlotSet::new();
+            all.insert_range(0, SLOT_COUNT - 1);
+            Some(Arc::new(all.minus(&self.importing)))
+        };
     }
 }
+
+const SLOT_COUNT: u16 = 16384;
+
+/// Whether the server's `SCAN` hides the keys of slots this node does not
+/// serve (Redis 8.4+, e.g. after `CLUSTER DELSLOTS`, which keeps them).
+/// Elsewhere `SCAN` shows every key the node holds, whatever its slot, but
+/// those of an atomic import under way.
+static HIDES_UNOWNED: AtomicBool = AtomicBool::new(false);
 
 /// Whether the server runs in cluster mode (known after [`init`]).
 pub fn enabled() -> bool {
@@ -76,26 +132,44 @@ pub fn module_options(ctx: Ctx) -> std::os::raw::c_int {
 pub fn init(ctx: Ctx) {
     if server::cluster_mode(ctx) {
         CLUSTER.store(true, Ordering::Relaxed);
+        HIDES_UNOWNED.store(server::has_redis_slot_migration(), Ordering::Relaxed);
+        if let Some(name) = server::config_get(ctx, c"cluster-config-file") {
+            use std::os::unix::ffi::OsStrExt;
+            let _ = CONFIG_FILE.set(PathBuf::from(std::ffi::OsStr::from_bytes(&name)));
+        }
         refresh(ctx);
     }
 }
 
 /// The slots a snapshot opened now shows: `None` (every key) outside
-/// cluster mode. Main thread.
-pub fn visible_slots() -> Option<Arc<SlotSet>> {
+/// cluster mode, or where nothing is hidden. Main thread.
+pub fn visible_slots(ctx: Ctx) -> Option<Arc<SlotSet>> {
     if !enabled() {
         return None;
     }
+    catch_up(ctx);
     with_view(|v| v.visible.clone())
 }
 
 /// The slots this node owns now (see `View::owned`): `None` outside
 /// cluster mode or before the first refresh. Main thread.
-pub fn owned_slots() -> Option<Arc<SlotSet>> {
+pub fn owned_slots(ctx: Ctx) -> Option<Arc<SlotSet>> {
     if !enabled() {
         return None;
     }
+    catch_up(ctx);
     with_view(|v| v.owned.clone())
+}
+
+/// Re-reads `CLUSTER NODES` if the cluster configuration file changed since
+/// the last read; true if it did. Main thread.
+fn catch_up(ctx: Ctx) -> bool {
+    let now = config_stamp();
+    if now.is_none() || with_view(|v| v.stamp == now) {
+        return false;
+    }
+    refresh(ctx);
+    true
 }
 
 /// Re-reads the served slots from `CLUSTER NODES`; slots no longer served
@@ -104,6 +178,9 @@ pub fn refresh(ctx: Ctx) {
     if !enabled() {
         return;
     }
+    // Before the read: a change after it is seen by the next check.
+    let stamp = config_stamp();
+    with_view(|v| v.stamp = stamp);
     let Some(text) = server::call_text(ctx, c"CLUSTER", c"NODES") else {
         return;
     };
@@ -111,11 +188,18 @@ pub fn refresh(ctx: Ctx) {
         return;
     };
     let owned = crate::slot::owned_from_nodes(&text);
+    // Keys of a slot now unassigned (DELSLOTS) stay in the database: only
+    // those of slots another node took are gone (Redis 7.0 deletes them
+    // without notifications).
+    let assigned = crate::slot::assigned_from_nodes(&text);
     let lost = with_view(|v| {
         if v.owned.as_deref() != owned.as_ref() {
             v.owned = owned.map(Arc::new);
         }
-        let lost = v.served.as_ref().map(|old| old.minus(&served));
+        let lost = v
+            .served
+            .as_ref()
+            .map(|old| old.minus(&served).minus(&old.minus(&assigned)));
         if v.served.as_ref() != Some(&served) {
             v.served = Some(served);
             v.recompute();
@@ -123,7 +207,7 @@ pub fn refresh(ctx: Ctx) {
         lost
     });
     if let Some(lost) = lost.filter(|l| !l.is_empty()) {
-        purge(ctx, lost, "no longer served");
+        purge(ctx, lost, "taken by another node");
     }
 }
 
@@ -141,32 +225,38 @@ fn purge(ctx: Ctx, slots: SlotSet, why: &str) {
     m.push(Op::PurgeSlots(Arc::new(slots)));
 }
 
-/// The main thread's time a cron refresh may take is 1/`COST_SHARE`: after
-/// a refresh that took `t`, the next waits `t * COST_SHARE`.
+/// The main thread's time the safety-net refresh may take is
+/// 1/`COST_SHARE`: after a refresh that took `t`, the next waits at least
+/// `t * COST_SHARE`.
 pub const COST_SHARE: u32 = 1000;
 
-/// When the next cron refresh may run (main thread only).
+/// When the next safety-net refresh may run (main thread only).
 static NEXT_REFRESH: LockedCell<Option<Instant>> = LockedCell::new(None);
 
-/// The longest pause between two cron refreshes, whatever they cost.
-pub const MAX_PAUSE: Duration = Duration::from_secs(1);
+/// The shortest pause between two safety-net refreshes: changes are seen
+/// at once through the configuration file's stamp and the server's events.
+pub const MIN_PAUSE: Duration = Duration::from_secs(1);
+
+/// The longest pause between two safety-net refreshes, whatever they cost.
+pub const MAX_PAUSE: Duration = Duration::from_secs(10);
 
 /// How long after a refresh that took `cost` (main-thread CPU time: a
-/// preempted thread does not count the wait) the next may start: a 20 µs
-/// read (a few nodes) runs at every tick, a 1 ms one (hundreds of nodes)
-/// once a second, and none waits longer than [`MAX_PAUSE`].
+/// preempted thread does not count the wait) the next safety-net refresh
+/// may start: a 20 µs read (a few nodes) once a second, a 5 ms one
+/// (hundreds of nodes) every 5 s, and none waits longer than [`MAX_PAUSE`].
 pub fn refresh_pause(cost: Duration) -> Duration {
-    cost.saturating_mul(COST_SHARE).min(MAX_PAUSE)
+    cost.saturating_mul(COST_SHARE).clamp(MIN_PAUSE, MAX_PAUSE)
 }
 
-/// Server cron tick (`CronLoop` event).
+/// Server cron tick (`CronLoop` event): a refresh if the configuration
+/// file changed, else the paced safety net.
 pub fn on_cron(ctx: Ctx) {
     if !enabled() {
         return;
     }
     let lock = ServerLock::in_callback();
     let now = Instant::now();
-    if NEXT_REFRESH.get(&lock).is_some_and(|next| now < next) {
+    if catch_up(ctx) || NEXT_REFRESH.get(&lock).is_some_and(|next| now < next) {
         return;
     }
     let cpu = ffi::unlink::thread_cpu_us();
@@ -177,38 +267,99 @@ pub fn on_cron(ctx: Ctx) {
 
 /// An atomic-slot-migration event (Valkey 9+) about `slots`.
 pub fn on_slot_migration(ctx: Ctx, subevent: u64, slots: SlotSet) {
-    if !enabled() {
-        return;
-    }
     match subevent {
-        server::ASM_IMPORT_STARTED => with_view(|v| {
-            v.importing = v.importing.union(&slots);
-            v.recompute();
-        }),
-        server::ASM_IMPORT_COMPLETED => {
-            // The slots are this node's now: shown at once, whether or not
-            // the topology already says so (the next refresh confirms).
-            with_view(|v| {
-                v.importing = v.importing.minus(&slots);
-                v.served = Some(v.served.take().unwrap_or_default().union(&slots));
-                let owned = v.owned.as_deref().cloned().unwrap_or_default();
-                v.owned = Some(Arc::new(owned.union(&slots)));
-                v.recompute();
-            });
-        }
-        server::ASM_IMPORT_ABORTED => {
-            let gone = with_view(|v| {
-                v.importing = v.importing.minus(&slots);
-                v.recompute();
-                slots.minus(v.served.as_ref().unwrap_or(&SlotSet::new()))
-            });
-            if !gone.is_empty() {
-                purge(ctx, gone, "import cancelled");
-            }
-        }
+        server::ASM_IMPORT_STARTED => import_started(slots),
+        server::ASM_IMPORT_COMPLETED => import_completed(slots),
+        server::ASM_IMPORT_ABORTED => import_aborted(ctx, slots, true),
         server::ASM_EXPORT_COMPLETED => refresh(ctx),
         _ => {}
     }
+}
+
+/// A slot-migration event (Redis 8.4+) about `slots`.
+pub fn on_redis_slot_migration(ctx: Ctx, subevent: u64, slots: SlotSet) {
+    match subevent {
+        server::REDIS_ASM_IMPORT_STARTED => import_started(slots),
+        server::REDIS_ASM_IMPORT_COMPLETED => import_completed(slots),
+        // The server trims what the import brought (a trim event follows,
+        // which purges): no second walk of the index.
+        server::REDIS_ASM_IMPORT_FAILED => import_aborted(ctx, slots, false),
+        server::REDIS_ASM_MIGRATE_COMPLETED => gone(ctx, slots, "migrated away"),
+        _ => {}
+    }
+}
+
+/// A trim event (Redis 8.4+): the server deletes the keys of `slots`, which
+/// this node does not serve, either key by key (`key_trimmed`
+/// notifications, which the module does not ask for) or in the background
+/// without any notification. Either way they leave the index now.
+pub fn on_redis_slot_trim(ctx: Ctx, subevent: u64, slots: SlotSet) {
+    if matches!(
+        subevent,
+        server::REDIS_TRIM_STARTED | server::REDIS_TRIM_BACKGROUND
+    ) {
+        gone(ctx, slots, "trimmed by the server");
+    }
+}
+
+fn import_started(slots: SlotSet) {
+    if !enabled() {
+        return;
+    }
+    with_view(|v| {
+        v.importing = v.importing.union(&slots);
+        v.recompute();
+    });
+}
+
+/// The slots are this node's now: shown at once, whether or not the
+/// topology already says so (the next refresh confirms).
+fn import_completed(slots: SlotSet) {
+    if !enabled() {
+        return;
+    }
+    with_view(|v| {
+        v.importing = v.importing.minus(&slots);
+        v.served = Some(v.served.take().unwrap_or_default().union(&slots));
+        let owned = v.owned.as_deref().cloned().unwrap_or_default();
+        v.owned = Some(Arc::new(owned.union(&slots)));
+        v.recompute();
+    });
+}
+
+/// An import that will not complete: its slots are no longer hidden as
+/// importing; those the node does not serve are purged if `purge`.
+fn import_aborted(ctx: Ctx, slots: SlotSet, purge_unserved: bool) {
+    if !enabled() {
+        return;
+    }
+    let gone = with_view(|v| {
+        v.importing = v.importing.minus(&slots);
+        v.recompute();
+        slots.minus(v.served.as_ref().unwrap_or(&SlotSet::new()))
+    });
+    if purge_unserved && !gone.is_empty() {
+        purge(ctx, gone, "import cancelled");
+    }
+}
+
+/// `slots` are no longer this node's (migrated away, or trimmed): hidden at
+/// once and purged from the index.
+fn gone(ctx: Ctx, slots: SlotSet, why: &str) {
+    if !enabled() || slots.is_empty() {
+        return;
+    }
+    with_view(|v| {
+        v.importing = v.importing.minus(&slots);
+        if let Some(served) = v.served.take() {
+            v.served = Some(served.minus(&slots));
+        }
+        if let Some(owned) = v.owned.take() {
+            v.owned = Some(Arc::new(owned.minus(&slots)));
+        }
+        v.recompute();
+    });
+    purge(ctx, slots, why);
 }
 
 #[cfg(test)]
@@ -217,11 +368,12 @@ mod tests {
     use rstest::rstest;
 
     #[rstest]
-    #[case(20, 20)]
-    #[case(100, 100)]
+    #[case(20, 1_000)]
     #[case(1_000, 1_000)]
-    #[case(5_000, 1_000)]
-    fn a_refresh_waits_a_thousand_times_what_it_took_at_most_a_second(
+    #[case(5_000, 5_000)]
+    #[case(10_000, 10_000)]
+    #[case(50_000, 10_000)]
+    fn a_safety_net_refresh_waits_a_thousand_times_what_it_took_from_1_to_10_s(
         #[case] took_us: u64,
         #[case] pause_ms: u64,
     ) {

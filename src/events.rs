@@ -119,6 +119,16 @@ pub fn subscribe(ctx: Ctx) -> Result<(), String> {
             ffi::server::EVENT_ATOMIC_SLOT_MIGRATION,
             Some(on_slot_migration),
         ));
+    } else if !ffi::server::is_valkey(ctx) {
+        // Redis 8.4+: what the module handles is declared by subscribing.
+        // Not to `key_trimmed` notifications: without a subscriber, the
+        // server keeps its fast background trim, and the trim event names
+        // the slots.
+        optional.push((
+            ffi::server::EVENT_REDIS_SLOT_MIGRATION,
+            Some(on_redis_slot_migration),
+        ));
+        optional.push((ffi::server::EVENT_REDIS_SLOT_TRIM, Some(on_redis_slot_trim)));
     }
     for (id, cb) in optional {
         // An unknown event is refused, which is fine.
@@ -227,6 +237,32 @@ extern "C" fn on_slot_migration(
 ) {
     guarded(ctx, "slot migration", || {
         crate::cluster::on_slot_migration(ctx, subevent, ffi::server::asm_event_slots(data))
+    });
+}
+
+extern "C" fn on_redis_slot_migration(
+    ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
+    guarded(ctx, "slot migration", || {
+        crate::cluster::on_redis_slot_migration(
+            ctx,
+            subevent,
+            ffi::server::redis_asm_event_slots(data),
+        )
+    });
+}
+
+extern "C" fn on_redis_slot_trim(
+    ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
+    guarded(ctx, "slot trim", || {
+        crate::cluster::on_redis_slot_trim(ctx, subevent, ffi::server::redis_trim_event_slots(data))
     });
 }
 

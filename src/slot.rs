@@ -163,6 +163,18 @@ pub fn owned_from_nodes(text: &str) -> Option<SlotSet> {
     slots_from_nodes(text, false)
 }
 
+/// Every slot some node of a `CLUSTER NODES` reply owns (unassigned slots,
+/// e.g. after `CLUSTER DELSLOTS`, are not in it).
+pub fn assigned_from_nodes(text: &str) -> SlotSet {
+    let mut set = SlotSet::new();
+    for line in text.lines() {
+        for field in line.split_ascii_whitespace().skip(8) {
+            add_slot_field(&mut set, field, true);
+        }
+    }
+    set
+}
+
 fn slots_from_nodes(text: &str, imports: bool) -> Option<SlotSet> {
     let lines: Vec<Vec<&str>> = text
         .lines()
@@ -223,6 +235,14 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use rstest::rstest;
+
+    #[test]
+    fn assigned_slots_are_every_node_s_but_not_imports_nor_unassigned_ones() {
+        let text = "a 127.0.0.1:1@2 myself,master - 0 0 1 connected 0-99 [200-<-b]\n\
+                    b 127.0.0.1:3@4 master - 0 0 2 connected 150 300-399\n\
+                    c 127.0.0.1:5@6 slave b 0 0 2 connected\n";
+        assert_eq!(assigned_from_nodes(text).ranges_text(), "0-99 150 300-399");
+    }
 
     #[rstest]
     // Reference values from `CLUSTER KEYSLOT` on Redis/Valkey.

@@ -100,7 +100,7 @@ pub fn run_with(ctx: Ctx, args: &[&[u8]], retry: bool) -> Result<(), CmdError> {
             lo: i64::MIN,
             hi: at,
         });
-        Start::Open(m.open_in(db, at, crate::cluster::visible_slots()), clock)
+        Start::Open(m.open_in(db, at, crate::cluster::visible_slots(ctx)), clock)
     } else {
         let taken = if retry {
             let (taken, aged) = m.cursors.take_retryable(cursor, m.mono_ms(), |edb, _| {

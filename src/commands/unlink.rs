@@ -270,7 +270,7 @@ impl Task {
         // meanwhile (then nothing more is deleted).
         let user = User::by_name(ctx, &self.user);
         // Cluster mode: the slots owned now (`None`: every key is).
-        let owned = crate::cluster::owned_slots();
+        let owned = crate::cluster::owned_slots(ctx);
         let (started, mut handled) = (Instant::now(), 0usize);
         let slice_keys = crate::config::get(&UNLINK_BATCH).max(1);
         while handled < slice_keys && started.elapsed() < SLICE_TIME {

@@ -1,6 +1,7 @@
 //! Server facts and server-event payloads for cluster and replication
 //! support: module options, context flags, `RedisModule_Call` text replies,
-//! and the atomic-slot-migration event's slot ranges (Valkey 9+).
+//! and the slot ranges of the atomic-slot-migration events (Valkey 9+'s, and
+//! Redis 8.4+'s slot-migration and trim events).
 
 use super::call::CallReply;
 use super::{api, Ctx};
@@ -62,6 +63,131 @@ pub fn asm_event_slots(data: *mut c_void) -> SlotSet {
         }
     }
     set
+}
+
+/// `REDISMODULE_EVENT_CLUSTER_SLOT_MIGRATION` (Redis 8.4+; Valkey gives
+/// event 18 no such meaning, so these two are only subscribed on Redis).
+pub const EVENT_REDIS_SLOT_MIGRATION: u64 = 18;
+pub const REDIS_ASM_IMPORT_STARTED: u64 = 0;
+pub const REDIS_ASM_IMPORT_FAILED: u64 = 1;
+pub const REDIS_ASM_IMPORT_COMPLETED: u64 = 2;
+pub const REDIS_ASM_MIGRATE_COMPLETED: u64 = 5;
+/// `REDISMODULE_EVENT_CLUSTER_SLOT_MIGRATION_TRIM` (Redis 8.4+): the server
+/// deletes the keys of slots this node no longer serves, key by key with
+/// `key_trimmed` notifications (STARTED ... COMPLETED) when some module
+/// subscribed to them, else all at once in the background (BACKGROUND).
+pub const EVENT_REDIS_SLOT_TRIM: u64 = 19;
+pub const REDIS_TRIM_STARTED: u64 = 0;
+pub const REDIS_TRIM_BACKGROUND: u64 = 2;
+
+/// `RedisModuleSlotRange`.
+#[repr(C)]
+struct RedisSlotRange {
+    start: u16,
+    end: u16,
+}
+
+/// `RedisModuleSlotRangeArray`: a count followed by the ranges.
+#[repr(C)]
+struct RedisSlotRangeArray {
+    num_ranges: i32,
+    ranges: [RedisSlotRange; 0],
+}
+
+/// `RedisModuleClusterSlotMigrationInfoV1`.
+#[repr(C)]
+struct RedisAsmInfoV1 {
+    version: u64,
+    source_node_id: [c_char; 41],
+    destination_node_id: [c_char; 41],
+    task_id: *const c_char,
+    slots: *mut RedisSlotRangeArray,
+}
+
+/// `RedisModuleClusterSlotMigrationTrimInfoV1`.
+#[repr(C)]
+struct RedisTrimInfoV1 {
+    version: u64,
+    slots: *mut RedisSlotRangeArray,
+}
+
+/// The slots of a `RedisModuleSlotRangeArray` (empty for NULL).
+///
+/// # Safety
+/// `arr` is NULL or a live array of `num_ranges` ranges.
+unsafe fn redis_ranges(arr: *const RedisSlotRangeArray) -> SlotSet {
+    let mut set = SlotSet::new();
+    if arr.is_null() {
+        return set;
+    }
+    // SAFETY: the caller guarantees `arr` is live with `num_ranges` ranges
+    // laid out right after the count.
+    unsafe {
+        let n = usize::try_from((*arr).num_ranges).unwrap_or(0);
+        let first = std::ptr::addr_of!((*arr).ranges).cast::<RedisSlotRange>();
+        for i in 0..n {
+            let r = &*first.add(i);
+            if r.end >= r.start {
+                set.insert_range(r.start, r.end);
+            }
+        }
+    }
+    set
+}
+
+/// The slots of a Redis slot-migration event's payload.
+pub fn redis_asm_event_slots(data: *mut c_void) -> SlotSet {
+    if data.is_null() {
+        return SlotSet::new();
+    }
+    // SAFETY: for this event (dataver 1) the server passes a live
+    // RedisModuleClusterSlotMigrationInfoV1 whose `slots` is NULL or a live
+    // range array, valid for the callback.
+    unsafe { redis_ranges((*data.cast::<RedisAsmInfoV1>()).slots) }
+}
+
+/// The slots of a Redis trim event's payload.
+pub fn redis_trim_event_slots(data: *mut c_void) -> SlotSet {
+    if data.is_null() {
+        return SlotSet::new();
+    }
+    // SAFETY: for this event (dataver 1) the server passes a live
+    // RedisModuleClusterSlotMigrationTrimInfoV1 whose `slots` is NULL or a
+    // live range array, valid for the callback.
+    unsafe { redis_ranges((*data.cast::<RedisTrimInfoV1>()).slots) }
+}
+
+/// Whether the server has Redis 8.4+'s atomic slot migration (known by its
+/// `RedisModule_ClusterGetLocalSlotRanges`, which came with it).
+pub fn has_redis_slot_migration() -> bool {
+    api!(RedisModule_ClusterGetLocalSlotRanges).is_some()
+}
+
+/// The value of a configuration parameter (`CONFIG GET name`); `None` if
+/// the server does not have it.
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is a live context of the calling thread with the server lock held"
+)]
+pub fn config_get(ctx: Ctx, name: &CStr) -> Option<Vec<u8>> {
+    let call = api!(RedisModule_Call)?;
+    // SAFETY: the server lock is held; "cc" consumes exactly two C strings.
+    // The reply is owned (and freed) by CallReply.
+    let reply = CallReply::new(unsafe {
+        call(
+            ctx,
+            c"CONFIG".as_ptr(),
+            c"cc".as_ptr(),
+            c"GET".as_ptr(),
+            name.as_ptr(),
+        )
+    })?;
+    if super::call::reply_type(reply.0) != raw::REDISMODULE_REPLY_ARRAY
+        || super::call::reply_len(reply.0) < 2
+    {
+        return None;
+    }
+    Some(super::call::bytes(super::call::element(reply.0, 1)).to_vec())
 }
 
 /// Sets the module's options (the whole set: the server keeps the last).
@@ -158,5 +284,49 @@ pub fn with_key_event_target(data: *mut c_void, f: impl FnOnce(usize, &[u8])) ->
         }
         f(db as usize, super::string_bytes(name));
         Some(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `RedisModuleSlotRangeArray` as the server lays it out: the count,
+    /// then the ranges.
+    #[repr(C)]
+    struct Ranges<const N: usize> {
+        num_ranges: i32,
+        ranges: [RedisSlotRange; N],
+    }
+
+    #[test]
+    fn redis_event_payloads_give_their_slot_ranges() {
+        let mut arr = Ranges {
+            num_ranges: 3,
+            ranges: [
+                RedisSlotRange { start: 0, end: 99 },
+                RedisSlotRange {
+                    start: 500,
+                    end: 500,
+                },
+                RedisSlotRange { start: 9, end: 3 }, // malformed: ignored
+            ],
+        };
+        let slots = std::ptr::addr_of_mut!(arr).cast::<RedisSlotRangeArray>();
+        let mut trim = RedisTrimInfoV1 { version: 1, slots };
+        let got = redis_trim_event_slots(std::ptr::addr_of_mut!(trim).cast());
+        assert_eq!(got.ranges_text(), "0-99 500");
+        let mut asm = RedisAsmInfoV1 {
+            version: 1,
+            source_node_id: [0; 41],
+            destination_node_id: [0; 41],
+            task_id: std::ptr::null(),
+            slots,
+        };
+        let got = redis_asm_event_slots(std::ptr::addr_of_mut!(asm).cast());
+        assert_eq!(got.ranges_text(), "0-99 500");
+        assert!(redis_asm_event_slots(std::ptr::null_mut()).is_empty());
+        trim.slots = std::ptr::null_mut();
+        assert!(redis_trim_event_slots(std::ptr::addr_of_mut!(trim).cast()).is_empty());
     }
 }

@@ -30,7 +30,11 @@ pub fn run(ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     let db = ffi::selected_db(ctx);
     Module::bump(&m.stats.snapshots_opened, 1);
     Module::bump(&m.stats.scans, 1);
-    let req = m.open_in(db, ffi::command_time_ms(), crate::cluster::visible_slots());
+    let req = m.open_in(
+        db,
+        ffi::command_time_ms(),
+        crate::cluster::visible_slots(ctx),
+    );
     let spec = ScanSpec {
         pattern: Some(Pattern::new(pattern)),
         type_filter: None,

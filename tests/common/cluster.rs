@@ -165,6 +165,14 @@ impl Cluster {
         })
     }
 
+    /// Slots owned by node `i` according to node 0.
+    pub fn slots_of(&self, i: usize) -> Vec<u16> {
+        let owners = slot_owners(&mut self.nodes[0].client());
+        (0..SLOTS)
+            .filter(|&s| owners[s as usize] == self.ids[i])
+            .collect()
+    }
+
     /// Index of the node that owns `slot` according to node 0.
     pub fn owner(&self, slot: u16) -> usize {
         let owners = slot_owners(&mut self.nodes[0].client());
@@ -256,26 +264,80 @@ pub fn assert_exact(node: &Server, what: &str) {
             return;
         }
         if Instant::now() > deadline {
-            let extra: Vec<String> = snap
-                .iter()
-                .filter(|k| native.binary_search(k).is_err())
-                .take(10)
-                .map(|k| show(k))
-                .collect();
-            let missing: Vec<String> = native
-                .iter()
-                .filter(|k| snap.binary_search(k).is_err())
-                .take(10)
-                .map(|k| show(k))
-                .collect();
-            panic!(
-                "{what}: SNAPSHOT.SCAN has {} keys, SCAN {}; extra {extra:?}, missing {missing:?}",
-                snap.len(),
-                native.len()
-            );
+            panic!("{what}: {}", difference(&snap, &native));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Asserts that a full SNAPSHOT.SCAN iteration started now on `node` returns
+/// exactly the keys of the node's native SCAN, with no settling delay: the
+/// native iteration first, then the snapshot's, then the native one again
+/// (a keyspace still changing by itself, e.g. a trim under way, is read
+/// again, a few times at most).
+pub fn assert_exact_now(node: &Server, what: &str) {
+    let mut c = node.client();
+    for _ in 0..5 {
+        let native = native_keys(&mut c);
+        let snap = snapshot_keys(&mut c);
+        if native_keys(&mut c) != native {
+            continue;
+        }
+        assert!(snap == native, "{what}: {}", difference(&snap, &native));
+        return;
+    }
+    panic!("{what}: the native SCAN kept changing");
+}
+
+/// How two sorted key lists differ: their sizes and the first keys only in
+/// one of them.
+fn difference(snap: &[Vec<u8>], native: &[Vec<u8>]) -> String {
+    let only = |a: &[Vec<u8>], b: &[Vec<u8>]| -> Vec<String> {
+        a.iter()
+            .filter(|k| b.binary_search(k).is_err())
+            .take(10)
+            .map(|k| show(k))
+            .collect()
+    };
+    format!(
+        "SNAPSHOT.SCAN has {} keys, SCAN {}; extra {:?}, missing {:?}",
+        snap.len(),
+        native.len(),
+        only(snap, native),
+        only(native, snap)
+    )
+}
+
+/// A flat key/value reply (RESP2 array or RESP3 map) as a map, e.g. one
+/// migration of `CLUSTER GETSLOTMIGRATIONS` or `CLUSTER MIGRATION STATUS`.
+pub fn reply_fields(v: Value) -> HashMap<String, String> {
+    let items: Vec<Value> = match v {
+        Value::Array(a) => a,
+        Value::Map(kv) => kv.into_iter().flat_map(|(k, v)| [k, v]).collect(),
+        _ => Vec::new(),
+    };
+    items
+        .chunks(2)
+        .filter_map(|kv| {
+            let k = String::from_redis_value(&kv[0]).ok()?;
+            let v = String::from_redis_value(kv.get(1)?).unwrap_or_default();
+            Some((k, v))
+        })
+        .collect()
+}
+
+/// Whether a heavy topology case runs on this server: on `servers` (names
+/// of `scripts/servers.sh`), on any server when run outside
+/// `scripts/test.sh`, or everywhere with `SNAPSCAN_TOPOLOGY=all`.
+pub fn heavy_on(test: &str, servers: &[&str]) -> bool {
+    let name = std::env::var("SNAPSCAN_SERVER_NAME").unwrap_or_default();
+    let run = name.is_empty()
+        || servers.contains(&name.as_str())
+        || std::env::var("SNAPSCAN_TOPOLOGY").as_deref() == Ok("all");
+    if !run {
+        eprintln!("{test}: heavy topology case skipped on {name} (runs on {}; SNAPSCAN_TOPOLOGY=all runs it everywhere)", servers.join(" and "));
+    }
+    run
 }
 
 /// A client of the whole cluster: sends a command to the node that owns

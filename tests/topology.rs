@@ -1,0 +1,415 @@
+//! Topology changes seen at once: a full SNAPSHOT.SCAN iteration started
+//! right after a change has completed (as the node's native commands show
+//! it, with no settling delay) equals the node's native SCAN.
+//!
+//! - Atomic slot migration (Redis 8.4+'s `CLUSTER MIGRATION IMPORT`, Valkey
+//!   9+'s `CLUSTER MIGRATESLOTS`, so on redis-8.6 and valkey-9.1): under
+//!   writes, checked in the middle and right after completion on both
+//!   nodes; a cancelled import, keys then deleted on the source and the
+//!   slots imported again: nothing deleted comes back.
+//! - `CLUSTER DELSLOTSRANGE` / `ADDSLOTSRANGE` (every server), checked right
+//!   after each, with SNAPSHOT.UNLINK right after ADDSLOTSRANGE.
+//! - A failover (`CLUSTER FAILOVER TAKEOVER`, on redis-8.6 and valkey-9.1
+//!   only, like the other heavy topology cases), checked on the new primary
+//!   right after its promotion.
+mod common;
+
+use common::cluster::*;
+use common::*;
+use redis::Value;
+use std::time::{Duration, Instant};
+
+/// Whether the heavy cases run on this server (see [`heavy_on`]).
+fn heavy(test: &str) -> bool {
+    heavy_on(test, &["redis-8.6", "valkey-9.1"])
+}
+
+/// The server's atomic slot migration, driven the same way on both.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Asm {
+    /// Redis 8.4+: the target runs `CLUSTER MIGRATION IMPORT`; the source
+    /// sends the slots' snapshot from a child, slowed by
+    /// `rdb-key-save-delay` (per key).
+    Redis,
+    /// Valkey 9+: the source runs `CLUSTER MIGRATESLOTS`; `DEBUG
+    /// SLOTMIGRATION PREVENT-PAUSE` holds it before its last step.
+    Valkey,
+}
+
+impl Asm {
+    fn detect() -> Option<Asm> {
+        let probe = Server::start_with(ServerOpts::without_module());
+        let (major, minor, _) = probe.version();
+        if probe.is_valkey() {
+            (major >= 9).then_some(Asm::Valkey)
+        } else {
+            (major > 8 || (major == 8 && minor >= 4)).then_some(Asm::Redis)
+        }
+    }
+
+    /// Holds (`on`) or releases the next migration out of `src` before it
+    /// completes. Redis: slows the source's snapshot (the child keeps the
+    /// delay it was forked with).
+    fn hold(self, src: &Server, on: bool) {
+        let mut c = src.client();
+        let _: () = match self {
+            Asm::Redis => query(
+                &mut c,
+                &[
+                    "CONFIG",
+                    "SET",
+                    "rdb-key-save-delay",
+                    if on { "2000" } else { "0" },
+                ],
+            ),
+            Asm::Valkey => query(
+                &mut c,
+                &[
+                    "DEBUG",
+                    "SLOTMIGRATION",
+                    "PREVENT-PAUSE",
+                    if on { "1" } else { "0" },
+                ],
+            ),
+        }
+        .expect("hold the migration");
+    }
+
+    /// Starts moving slots `a..=b` from node `from` to node `to`.
+    fn start(self, c: &Cluster, from: usize, to: usize, a: u16, b: u16) {
+        let (a, b) = (a.to_string(), b.to_string());
+        let _: Value = match self {
+            Asm::Redis => query(
+                &mut c.nodes[to].client(),
+                &["CLUSTER", "MIGRATION", "IMPORT", &a, &b],
+            ),
+            Asm::Valkey => query(
+                &mut c.nodes[from].client(),
+                &[
+                    "CLUSTER",
+                    "MIGRATESLOTS",
+                    "SLOTSRANGE",
+                    &a,
+                    &b,
+                    "NODE",
+                    c.id(to),
+                ],
+            ),
+        }
+        .expect("the migration starts with snapscan loaded");
+    }
+
+    /// Cancels the migration (on the node that started it).
+    fn cancel(self, c: &Cluster, from: usize, to: usize) {
+        let _: Value = match self {
+            Asm::Redis => query(
+                &mut c.nodes[to].client(),
+                &["CLUSTER", "MIGRATION", "CANCEL", "ALL"],
+            ),
+            Asm::Valkey => query(
+                &mut c.nodes[from].client(),
+                &["CLUSTER", "CANCELSLOTMIGRATIONS"],
+            ),
+        }
+        .expect("cancel");
+    }
+
+    /// The states of the migrations of `range` ("a-b") that `node` lists.
+    fn states(self, node: &Server, range: &str) -> Vec<String> {
+        let mut c = node.client();
+        let reply: Vec<Value> = match self {
+            Asm::Redis => query(&mut c, &["CLUSTER", "MIGRATION", "STATUS", "ALL"]),
+            Asm::Valkey => query(&mut c, &["CLUSTER", "GETSLOTMIGRATIONS"]),
+        }
+        .expect("migration status");
+        let (slots_field, state_field) = match self {
+            Asm::Redis => ("slots", "state"),
+            Asm::Valkey => ("slot_ranges", "state"),
+        };
+        reply
+            .into_iter()
+            .map(reply_fields)
+            .filter(|m| m.get(slots_field).map(String::as_str) == Some(range))
+            .filter_map(|m| m.get(state_field).cloned())
+            .collect()
+    }
+
+    fn done_state(self) -> &'static str {
+        match self {
+            Asm::Redis => "completed",
+            Asm::Valkey => "success",
+        }
+    }
+
+    /// Polls `node` (no sleep) until one of its migrations of `range` is in
+    /// one of `states`.
+    fn wait(self, node: &Server, range: &str, states: &[&str]) {
+        let deadline = Instant::now() + TOPOLOGY_TIMEOUT;
+        loop {
+            let now = self.states(node, range);
+            if now.iter().any(|s| states.contains(&s.as_str())) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "migration {range} not in {states:?}: {now:?}"
+            );
+        }
+    }
+}
+
+/// `n` keys in each of every 10th slot of `a..=b`.
+fn range_keys(a: u16, b: u16, n: usize) -> Vec<String> {
+    (a..=b)
+        .step_by(10)
+        .flat_map(|s| keys_in_slot(s, n))
+        .collect()
+}
+
+/// Two primaries; keys written in every 10th of the first `slots` slots of
+/// node 0 (`per_slot` each), to be moved to node 1.
+struct Moving {
+    c: Cluster,
+    a: u16,
+    b: u16,
+    range: String,
+    keys: Vec<String>,
+}
+
+/// `None` (saying why) where the server has no atomic slot migration.
+fn two_primaries_with_keys(slots: usize, per_slot: usize) -> Option<(Asm, Moving)> {
+    let Some(asm) = Asm::detect() else {
+        eprintln!(
+            "skipped: no atomic slot migration on {}",
+            Server::server_name()
+        );
+        return None;
+    };
+    let c = Cluster::start(2, 0);
+    let own = c.slots_of(0);
+    let (a, b) = (own[0], own[slots - 1]);
+    let keys = range_keys(a, b, per_slot);
+    let mut cc = c.client();
+    for k in &keys {
+        cc.set(k, "v");
+    }
+    let range = format!("{a}-{b}");
+    Some((
+        asm,
+        Moving {
+            c,
+            a,
+            b,
+            range,
+            keys,
+        },
+    ))
+}
+
+/// Atomic slot migration under writes: exact on both nodes in the middle,
+/// and on each node right after it says the migration completed.
+#[test]
+fn atomic_migration_under_writes_is_exact_midway_and_right_after() {
+    let Some((
+        asm,
+        Moving {
+            c,
+            a,
+            b,
+            range,
+            keys,
+        },
+    )) = two_primaries_with_keys(300, 25)
+    else {
+        return;
+    };
+    let (src, dst) = (&c.nodes[0], &c.nodes[1]);
+    fill(&mut c.client(), "bg:", 500);
+    let dst_before = dbsize(&mut dst.client());
+    if asm == Asm::Redis {
+        // The source trims key by key (trim started ... completed), as when
+        // some module asks for `key_trimmed` notifications; the cancelled
+        // import's target in the next test trims in the background.
+        let _: () = query(
+            &mut src.client(),
+            &["DEBUG", "ASM-TRIM-METHOD", "active", "0"],
+        )
+        .expect("DEBUG ASM-TRIM-METHOD");
+    }
+    asm.hold(src, true);
+    let writer = Writer::start(&c, keys.clone(), 19);
+    asm.start(&c, 0, 1, a, b);
+    wait_until("the target receives keys", TOPOLOGY_TIMEOUT, || {
+        info_u64(&mut dst.client(), "snapshot_index_keys") > dst_before
+    });
+    assert!(writer.stop() > 0, "the writer wrote during the migration");
+    assert!(
+        !asm.states(dst, &range)
+            .iter()
+            .chain(&asm.states(src, &range))
+            .any(|s| s == asm.done_state()),
+        "the migration is still under way"
+    );
+    assert_exact_now(dst, "target, midway");
+    assert_exact_now(src, "source, midway");
+    asm.hold(src, false);
+    // Each node right after it says the migration is over.
+    asm.wait(dst, &range, &[asm.done_state()]);
+    assert_exact_now(dst, "target, right after the import completed");
+    asm.wait(src, &range, &[asm.done_state()]);
+    assert_exact_now(src, "source, right after the migration completed");
+    assert!(
+        dbsize(&mut dst.client()) > dst_before,
+        "the target has the slots' keys"
+    );
+    wait_until(
+        "both indexes hold only their keys",
+        TOPOLOGY_TIMEOUT,
+        || {
+            [src, dst].iter().all(|n| {
+                info_u64(&mut n.client(), "snapshot_index_keys") == dbsize(&mut n.client())
+            })
+        },
+    );
+}
+
+/// A cancelled import leaves nothing in the target's index: keys then
+/// deleted on the source do not come back when the slots are imported.
+#[test]
+fn cancelled_import_then_deletes_then_reimport_brings_nothing_back() {
+    let Some((
+        asm,
+        Moving {
+            c,
+            a,
+            b,
+            range,
+            keys,
+        },
+    )) = two_primaries_with_keys(200, 20)
+    else {
+        return;
+    };
+    let (src, dst) = (&c.nodes[0], &c.nodes[1]);
+    let mut cc = c.client();
+    let dst_before = dbsize(&mut dst.client());
+    asm.hold(src, true);
+    asm.start(&c, 0, 1, a, b);
+    wait_until("the target receives keys", TOPOLOGY_TIMEOUT, || {
+        info_u64(&mut dst.client(), "snapshot_index_keys") > dst_before
+    });
+    asm.cancel(&c, 0, 1);
+    asm.wait(dst, &range, &["canceled", "cancelled", "failed"]);
+    asm.hold(src, false);
+    assert_exact_now(dst, "target, right after the cancelled import");
+    wait_until("the cancelled import purged", TOPOLOGY_TIMEOUT, || {
+        info_u64(&mut dst.client(), "snapshot_index_keys") == dbsize(&mut dst.client())
+    });
+    assert_eq!(dbsize(&mut dst.client()), dst_before);
+
+    // Half the keys deleted on the source, then the slots imported for good.
+    let deleted: Vec<&String> = keys.iter().step_by(2).collect();
+    for k in &deleted {
+        cc.del(k);
+    }
+    asm.start(&c, 0, 1, a, b);
+    asm.wait(dst, &range, &[asm.done_state()]);
+    assert_exact_now(dst, "target, right after the import completed");
+    let snap = snapshot_keys(&mut dst.client());
+    let back: Vec<&&String> = deleted
+        .iter()
+        .filter(|k| snap.binary_search(&k.as_bytes().to_vec()).is_ok())
+        .collect();
+    assert!(back.is_empty(), "deleted keys came back: {back:?}");
+    assert_eq!(
+        dbsize(&mut dst.client()),
+        dst_before + (keys.len() - deleted.len()) as u64
+    );
+    wait_until(
+        "the target's index holds only its keys",
+        TOPOLOGY_TIMEOUT,
+        || info_u64(&mut dst.client(), "snapshot_index_keys") == dbsize(&mut dst.client()),
+    );
+}
+
+/// DELSLOTSRANGE then ADDSLOTSRANGE of slots whose keys the node keeps:
+/// exact right after each; SNAPSHOT.UNLINK right after ADDSLOTSRANGE
+/// deletes the slots' keys.
+#[test]
+fn delslots_and_addslots_are_seen_right_after() {
+    let c = Cluster::start(1, 0);
+    let node = &c.nodes[0];
+    let mut cc = c.client();
+    let (a, b) = (1000u16, 1099u16);
+    let keys = range_keys(a, b, 10);
+    for k in &keys {
+        cc.set(k, "v");
+    }
+    fill(&mut cc, "bg:", 300);
+    let mut con = node.client();
+    let (sa, sb) = (a.to_string(), b.to_string());
+    assert_exact_now(node, "before");
+    let _: () = query(&mut con, &["CLUSTER", "DELSLOTSRANGE", &sa, &sb]).unwrap();
+    assert_exact_now(node, "right after DELSLOTSRANGE");
+    // And for longer than the module's safety-net refresh takes to come by
+    // (the keys stay in the database: they must stay in the index too).
+    let since = Instant::now();
+    while since.elapsed() < Duration::from_millis(1500) {
+        assert_exact_now(node, "after DELSLOTSRANGE");
+    }
+    let _: () = query(&mut con, &["CLUSTER", "ADDSLOTSRANGE", &sa, &sb]).unwrap();
+    assert_exact_now(node, "right after ADDSLOTSRANGE");
+    assert!(
+        native_keys(&mut con).len() >= keys.len(),
+        "the node kept the slots' keys"
+    );
+    // DELSLOTSRANGE, ADDSLOTSRANGE, then SNAPSHOT.UNLINK at once: every
+    // key of those slots goes.
+    let _: () = query(&mut con, &["CLUSTER", "DELSLOTSRANGE", &sa, &sb]).unwrap();
+    let _: () = query(&mut con, &["CLUSTER", "ADDSLOTSRANGE", &sa, &sb]).unwrap();
+    let n: i64 = query(&mut con, &["SNAPSHOT.UNLINK", "{t*}:*"]).unwrap();
+    assert_eq!(
+        n,
+        keys.len() as i64,
+        "SNAPSHOT.UNLINK right after ADDSLOTSRANGE"
+    );
+    assert_exact_now(node, "after SNAPSHOT.UNLINK");
+}
+
+/// A replica takes its primary's slots (`CLUSTER FAILOVER TAKEOVER`): exact
+/// on it right after it says it is a primary, and everywhere afterwards.
+#[test]
+fn failover_is_seen_right_after_on_the_new_primary() {
+    if !heavy("failover_is_seen_right_after_on_the_new_primary") {
+        return;
+    }
+    let c = Cluster::start(2, 1);
+    let mut cc = c.client();
+    fill(&mut cc, "k:", 1000);
+    // Node 2 is node 0's replica.
+    wait_until("the replica in sync", TOPOLOGY_TIMEOUT, || {
+        c.replicas_in_sync()
+    });
+    let replica = &c.nodes[2];
+    let mut con = replica.client();
+    assert_exact_now(replica, "the replica before");
+    let _: () = query(&mut con, &["CLUSTER", "FAILOVER", "TAKEOVER"]).expect("TAKEOVER");
+    let deadline = Instant::now() + TOPOLOGY_TIMEOUT;
+    loop {
+        let info = cmd_str(&mut con, &["INFO", "replication"]);
+        if info_field(&info, "role").as_deref() == Some("master") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the replica was not promoted");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_exact_now(replica, "the new primary, right after its promotion");
+    let mine = native_keys(&mut con)
+        .iter()
+        .filter(|k| k.starts_with(b"k:"))
+        .count();
+    let n: i64 = query(&mut con, &["SNAPSHOT.UNLINK", "k:*"]).expect("SNAPSHOT.UNLINK");
+    assert_eq!(n, mine as i64, "SNAPSHOT.UNLINK right after the promotion");
+    c.wait_stable();
+    c.assert_exact_everywhere("after the failover");
+}
