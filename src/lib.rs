@@ -19,6 +19,8 @@ pub mod keyspace;
 #[cfg(test)]
 mod layering;
 pub mod module;
+#[cfg_attr(test, allow(dead_code))]
+pub mod native;
 pub mod runtime;
 pub mod scan;
 pub mod server;
@@ -61,13 +63,19 @@ mod onload {
         }
     }
 
+    /// After a config changed at runtime: the subsystems that act on it.
+    fn on_config_changed(spec: &'static crate::config::Spec, v: i64) {
+        module::on_config_changed(spec, v);
+        crate::native::on_config_changed(spec, v);
+    }
+
     fn init(ctx: &Context, args: &[RedisString]) -> Status {
         // Arguments first: a refused load must leave nothing behind (no
         // thread, no timer, no subscription).
         let args: Vec<&[u8]> = args.iter().map(RedisString::as_slice).collect();
         if let Err(e) = config::parse_args(&args).and_then(|given| {
             let table = (config::CONFIGS, config::PREFIX);
-            server::configs::register(ctx.ctx, table, &given, module::on_config_changed)
+            server::configs::register(ctx.ctx, table, &given, on_config_changed)
         }) {
             ctx.log_warning(&format!("snapscan: refusing to load: {e}"));
             return Status::Err;
@@ -89,6 +97,8 @@ mod onload {
         server::host::set_module_options(ctx.ctx, options);
         cluster::init(ctx.ctx, m);
         crate::keyspace::clientdb::init(ctx.ctx, server::host::valkey_major(ctx.ctx));
+        server::native::init(ctx.ctx);
+        crate::native::init();
         if let Err(e) = events::subscribe(ctx.ctx, m).and_then(|_| commands::register(ctx.ctx)) {
             ctx.log_warning(&format!("snapscan: {e}"));
             return Status::Err;

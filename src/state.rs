@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// A SNAPSHOT.SCAN iteration in progress: its snapshot and where to resume.
+#[derive(Clone)]
 pub struct ScanCursor {
     pub snap: Arc<Snapshot>,
     pub after: Key,
@@ -59,6 +60,7 @@ impl Grouped for HashCursor {
 
 /// A SNAPSHOT.HSCAN/SSCAN/ZSCAN iteration in progress: the collection
 /// copy and a position.
+#[derive(Clone)]
 pub struct HashCursor {
     pub copy: Arc<CollCopy>,
     pub key: Box<[u8]>,
@@ -99,6 +101,8 @@ pub struct Shared {
     pub pool: Pool,
     pub reaper: Reaper,
     pub stats: Stats,
+    /// Calls of the native commands routed by `snapshot.serve-native`.
+    pub native: NativeServing,
     started: Instant,
     indexer_alive: AtomicBool,
     janitor_alive: AtomicBool,
@@ -110,6 +114,22 @@ pub struct Shared {
     bounding: Mutex<()>,
     /// Bytes of the maps handed to the reaper and not yet dropped.
     reaping: Arc<AtomicUsize>,
+}
+
+/// The state of serving the native commands (`native` owns it): per
+/// native command (`native::mode::Native::index`), calls served from a
+/// snapshot, calls run by the native command, iterations restarted
+/// natively; and whether `snapshot.serve-native` was ever on (from then on
+/// the filter routes continuations of the iterations it served whatever
+/// the mode).
+///
+/// Locking: atomics only, relaxed (figures and a one-way flag).
+#[derive(Default)]
+pub struct NativeServing {
+    pub ever_on: AtomicBool,
+    pub served: [AtomicU64; 5],
+    pub native: [AtomicU64; 5],
+    pub restarted: [AtomicU64; 5],
 }
 
 impl Shared {
@@ -298,6 +318,7 @@ impl Shared {
             ),
             reaper: Reaper::new(),
             stats: Stats::default(),
+            native: NativeServing::default(),
             started: Instant::now(),
             indexer_alive: AtomicBool::new(false),
             janitor_alive: AtomicBool::new(false),
