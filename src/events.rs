@@ -176,7 +176,12 @@ impl ServerEvent for SlotMigration {
     fn on(_lock: &ServerLock, ctx: Ctx, subevent: u64, data: *mut c_void) {
         let Some(m) = module::try_get() else { return };
         guarded(ctx, "slot migration", || {
-            cluster::on_slot_migration(ctx, m, subevent, server::host::asm_event_slots(data))
+            m.keyspace.cluster.on_slot_migration(
+                ctx,
+                m,
+                subevent,
+                server::host::asm_event_slots(data),
+            )
         });
     }
 }
@@ -186,7 +191,7 @@ impl ServerEvent for RedisSlotMigration {
     fn on(_lock: &ServerLock, ctx: Ctx, subevent: u64, data: *mut c_void) {
         let Some(m) = module::try_get() else { return };
         guarded(ctx, "slot migration", || {
-            cluster::on_redis_slot_migration(
+            m.keyspace.cluster.on_redis_slot_migration(
                 ctx,
                 m,
                 subevent,
@@ -201,7 +206,7 @@ impl ServerEvent for RedisSlotTrim {
     fn on(_lock: &ServerLock, ctx: Ctx, subevent: u64, data: *mut c_void) {
         let Some(m) = module::try_get() else { return };
         guarded(ctx, "slot trim", || {
-            cluster::on_redis_slot_trim(
+            m.keyspace.cluster.on_redis_slot_trim(
                 ctx,
                 m,
                 subevent,

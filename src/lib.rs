@@ -95,7 +95,7 @@ mod onload {
         // Never switch a server feature off: declare what the module copes with.
         let options = cluster::module_options(ctx.ctx) | replication::module_options();
         server::host::set_module_options(ctx.ctx, options);
-        cluster::init(ctx.ctx, m);
+        m.keyspace.cluster.init(ctx.ctx, m);
         crate::keyspace::clientdb::init(ctx.ctx, server::host::valkey_major(ctx.ctx));
         server::native::init(ctx.ctx);
         crate::native::init();

@@ -34,7 +34,29 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-static CLUSTER: AtomicBool = AtomicBool::new(false);
+/// The cluster view (a field of `keyspace::Keyspace`).
+///
+/// Locking: the slot sets behind a mutex (the main thread writes them;
+/// SNAPSHOT.UNLINK's slices and cursor-0 calls read them on the main
+/// thread too), the flags in atomics set at OnLoad, the refresh pacing
+/// under the server lock.
+#[derive(Default)]
+pub struct ClusterView {
+    /// Whether the server runs in cluster mode (known after [`init`](Self::init)).
+    enabled: AtomicBool,
+    /// The cluster configuration file (`cluster-config-file`), relative to
+    /// the server's working directory (the process's, as the server's
+    /// writes are).
+    config_file: OnceLock<PathBuf>,
+    view: Mutex<View>,
+    /// Whether the server's `SCAN` hides the keys of slots this node does
+    /// not serve (Redis 8.4+, e.g. after `CLUSTER DELSLOTS`, which keeps
+    /// them). Elsewhere `SCAN` shows every key the node holds, whatever its
+    /// slot, but those of an atomic import under way.
+    hides_unowned: AtomicBool,
+    /// When the next safety-net refresh may run (main thread only).
+    next_refresh: LockedCell<Option<Instant>>,
+}
 
 #[derive(Default)]
 struct View {
@@ -65,13 +87,9 @@ struct Stamp {
     ctime: (i64, i64),
 }
 
-/// The cluster configuration file (`cluster-config-file`), relative to the
-/// server's working directory (the process's, as the server's writes are).
-static CONFIG_FILE: OnceLock<PathBuf> = OnceLock::new();
-
-fn config_stamp() -> Option<Stamp> {
+fn config_stamp(file: Option<&PathBuf>) -> Option<Stamp> {
     use std::os::unix::fs::MetadataExt;
-    let md = std::fs::metadata(CONFIG_FILE.get()?).ok()?;
+    let md = std::fs::metadata(file?).ok()?;
     Some(Stamp {
         dev: md.dev(),
         ino: md.ino(),
@@ -81,16 +99,10 @@ fn config_stamp() -> Option<Stamp> {
     })
 }
 
-static VIEW: Mutex<Option<View>> = Mutex::new(None);
-
-fn with_view<T>(f: impl FnOnce(&mut View) -> T) -> T {
-    let mut g = VIEW.lock().unwrap_or_else(|e| e.into_inner());
-    f(g.get_or_insert_with(View::default))
-}
-
 impl View {
-    fn recompute(&mut self) {
-        self.visible = if HIDES_UNOWNED.load(Ordering::Relaxed) {
+    /// `hides_unowned`: see [`ClusterView::hides_unowned`].
+    fn recompute(&mut self, hides_unowned: bool) {
+        self.visible = if hides_unowned {
             self.served
                 .as_ref()
                 .map(|s| Arc::new(s.minus(&self.importing)))
@@ -106,17 +118,6 @@ impl View {
 
 const SLOT_COUNT: u16 = 16384;
 
-/// Whether the server's `SCAN` hides the keys of slots this node does not
-/// serve (Redis 8.4+, e.g. after `CLUSTER DELSLOTS`, which keeps them).
-/// Elsewhere `SCAN` shows every key the node holds, whatever its slot, but
-/// those of an atomic import under way.
-static HIDES_UNOWNED: AtomicBool = AtomicBool::new(false);
-
-/// Whether the server runs in cluster mode (known after [`init`]).
-pub fn enabled() -> bool {
-    CLUSTER.load(Ordering::Relaxed)
-}
-
 /// Module options for cluster support: atomic slot migration where the
 /// server knows the option (Valkey 9+).
 pub fn module_options(ctx: Ctx) -> std::os::raw::c_int {
@@ -128,109 +129,10 @@ pub fn module_options(ctx: Ctx) -> std::os::raw::c_int {
     }
 }
 
-/// Detects cluster mode and reads the served slots (OnLoad).
-pub fn init(ctx: Ctx, m: &Shared) {
-    if host::cluster_mode(ctx) {
-        CLUSTER.store(true, Ordering::Relaxed);
-        HIDES_UNOWNED.store(host::has_redis_slot_migration(), Ordering::Relaxed);
-        if let Some(name) = host::config_get(ctx, c"cluster-config-file") {
-            use std::os::unix::ffi::OsStrExt;
-            let _ = CONFIG_FILE.set(PathBuf::from(std::ffi::OsStr::from_bytes(&name)));
-        }
-        refresh(ctx, m);
-    }
-}
-
-/// The slots a snapshot opened now shows: `None` (every key) outside
-/// cluster mode, or where nothing is hidden. Main thread.
-pub fn visible_slots(ctx: Ctx, m: &Shared) -> Option<Arc<SlotSet>> {
-    if !enabled() {
-        return None;
-    }
-    catch_up(ctx, m);
-    with_view(|v| v.visible.clone())
-}
-
-/// The slots this node owns now (see `View::owned`): `None` outside
-/// cluster mode or before the first refresh. Main thread.
-pub fn owned_slots(ctx: Ctx, m: &Shared) -> Option<Arc<SlotSet>> {
-    if !enabled() {
-        return None;
-    }
-    catch_up(ctx, m);
-    with_view(|v| v.owned.clone())
-}
-
-/// Re-reads `CLUSTER NODES` if the cluster configuration file changed since
-/// the last read; true if it did. Main thread.
-fn catch_up(ctx: Ctx, m: &Shared) -> bool {
-    let now = config_stamp();
-    if now.is_none() || with_view(|v| v.stamp == now) {
-        return false;
-    }
-    refresh(ctx, m);
-    true
-}
-
-/// Re-reads the served slots from `CLUSTER NODES`; slots no longer served
-/// are purged from the index. Main thread.
-pub fn refresh(ctx: Ctx, m: &Shared) {
-    if !enabled() {
-        return;
-    }
-    // Before the read: a change after it is seen by the next check.
-    let stamp = config_stamp();
-    with_view(|v| v.stamp = stamp);
-    let Some(text) = host::call_text(ctx, c"CLUSTER", c"NODES") else {
-        return;
-    };
-    let Some(served) = served_from_nodes(&text) else {
-        return;
-    };
-    let owned = crate::slot::owned_from_nodes(&text);
-    // Keys of a slot now unassigned (DELSLOTS) stay in the database: only
-    // those of slots another node took are gone (Redis 7.0 deletes them
-    // without notifications).
-    let assigned = crate::slot::assigned_from_nodes(&text);
-    let lost = with_view(|v| {
-        if v.owned.as_deref() != owned.as_ref() {
-            v.owned = owned.map(Arc::new);
-        }
-        let lost = v
-            .served
-            .as_ref()
-            .map(|old| old.minus(&served).minus(&old.minus(&assigned)));
-        if v.served.as_ref() != Some(&served) {
-            v.served = Some(served);
-            v.recompute();
-        }
-        lost
-    });
-    if let Some(lost) = lost.filter(|l| !l.is_empty()) {
-        purge(ctx, m, lost, "taken by another node");
-    }
-}
-
-fn purge(ctx: Ctx, m: &Shared, slots: SlotSet, why: &str) {
-    server::log(
-        ctx,
-        "verbose",
-        &format!(
-            "snapscan: slots {} {why}: purging their keys from the index",
-            slots.ranges_text()
-        ),
-    );
-    m.watches.bump_all();
-    m.push(Op::PurgeSlots(Arc::new(slots)));
-}
-
 /// The main thread's time the safety-net refresh may take is
 /// 1/`COST_SHARE`: after a refresh that took `t`, the next waits at least
 /// `t * COST_SHARE`.
 pub const COST_SHARE: u32 = 1000;
-
-/// When the next safety-net refresh may run (main thread only).
-static NEXT_REFRESH: LockedCell<Option<Instant>> = LockedCell::new(None);
 
 /// The shortest pause between two safety-net refreshes: changes are seen
 /// at once through the configuration file's stamp and the server's events.
@@ -247,117 +149,232 @@ pub fn refresh_pause(cost: Duration) -> Duration {
     cost.saturating_mul(COST_SHARE).clamp(MIN_PAUSE, MAX_PAUSE)
 }
 
-/// Server cron tick (`CronLoop` event): a refresh if the configuration
-/// file changed, else the paced safety net.
-pub fn on_cron(lock: &ServerLock, ctx: Ctx, m: &Shared) {
-    if !enabled() {
-        return;
+impl ClusterView {
+    /// Whether the server runs in cluster mode (known after [`init`](Self::init)).
+    pub fn enabled(&self) -> bool {
+        self.enabled.load(Ordering::Relaxed)
     }
-    let now = Instant::now();
-    if catch_up(ctx, m) || NEXT_REFRESH.get(lock).is_some_and(|next| now < next) {
-        return;
-    }
-    let cpu = server::deletion::thread_cpu_us();
-    refresh(ctx, m);
-    let cost = Duration::from_micros(server::deletion::thread_cpu_us().saturating_sub(cpu));
-    NEXT_REFRESH.replace(lock, Some(now + refresh_pause(cost)));
-}
 
-/// An atomic-slot-migration event (Valkey 9+) about `slots`.
-pub fn on_slot_migration(ctx: Ctx, m: &Shared, subevent: u64, slots: SlotSet) {
-    match subevent {
-        host::ASM_IMPORT_STARTED => import_started(slots),
-        host::ASM_IMPORT_COMPLETED => import_completed(slots),
-        host::ASM_IMPORT_ABORTED => import_aborted(ctx, m, slots, true),
-        host::ASM_EXPORT_COMPLETED => refresh(ctx, m),
-        _ => {}
-    }
-}
-
-/// A slot-migration event (Redis 8.4+) about `slots`.
-pub fn on_redis_slot_migration(ctx: Ctx, m: &Shared, subevent: u64, slots: SlotSet) {
-    match subevent {
-        host::REDIS_ASM_IMPORT_STARTED => import_started(slots),
-        host::REDIS_ASM_IMPORT_COMPLETED => import_completed(slots),
-        // The server trims what the import brought (a trim event follows,
-        // which purges): no second walk of the index.
-        host::REDIS_ASM_IMPORT_FAILED => import_aborted(ctx, m, slots, false),
-        host::REDIS_ASM_MIGRATE_COMPLETED => gone(ctx, m, slots, "migrated away"),
-        _ => {}
-    }
-}
-
-/// A trim event (Redis 8.4+): the server deletes the keys of `slots`, which
-/// this node does not serve, either key by key (`key_trimmed`
-/// notifications, which the module does not ask for) or in the background
-/// without any notification. Either way they leave the index now.
-pub fn on_redis_slot_trim(ctx: Ctx, m: &Shared, subevent: u64, slots: SlotSet) {
-    if matches!(
-        subevent,
-        host::REDIS_TRIM_STARTED | host::REDIS_TRIM_BACKGROUND
-    ) {
-        gone(ctx, m, slots, "trimmed by the server");
-    }
-}
-
-fn import_started(slots: SlotSet) {
-    if !enabled() {
-        return;
-    }
-    with_view(|v| {
-        v.importing = v.importing.union(&slots);
-        v.recompute();
-    });
-}
-
-/// The slots are this node's now: shown at once, whether or not the
-/// topology already says so (the next refresh confirms).
-fn import_completed(slots: SlotSet) {
-    if !enabled() {
-        return;
-    }
-    with_view(|v| {
-        v.importing = v.importing.minus(&slots);
-        v.served = Some(v.served.take().unwrap_or_default().union(&slots));
-        let owned = v.owned.as_deref().cloned().unwrap_or_default();
-        v.owned = Some(Arc::new(owned.union(&slots)));
-        v.recompute();
-    });
-}
-
-/// An import that will not complete: its slots are no longer hidden as
-/// importing; those the node does not serve are purged if `purge`.
-fn import_aborted(ctx: Ctx, m: &Shared, slots: SlotSet, purge_unserved: bool) {
-    if !enabled() {
-        return;
-    }
-    let gone = with_view(|v| {
-        v.importing = v.importing.minus(&slots);
-        v.recompute();
-        slots.minus(v.served.as_ref().unwrap_or(&SlotSet::new()))
-    });
-    if purge_unserved && !gone.is_empty() {
-        purge(ctx, m, gone, "import cancelled");
-    }
-}
-
-/// `slots` are no longer this node's (migrated away, or trimmed): hidden at
-/// once and purged from the index.
-fn gone(ctx: Ctx, m: &Shared, slots: SlotSet, why: &str) {
-    if !enabled() || slots.is_empty() {
-        return;
-    }
-    with_view(|v| {
-        v.importing = v.importing.minus(&slots);
-        if let Some(served) = v.served.take() {
-            v.served = Some(served.minus(&slots));
+    /// Detects cluster mode and reads the served slots (OnLoad).
+    pub fn init(&self, ctx: Ctx, m: &Shared) {
+        if host::cluster_mode(ctx) {
+            self.enabled.store(true, Ordering::Relaxed);
+            self.hides_unowned
+                .store(host::has_redis_slot_migration(), Ordering::Relaxed);
+            if let Some(name) = host::config_get(ctx, c"cluster-config-file") {
+                use std::os::unix::ffi::OsStrExt;
+                let _ = self
+                    .config_file
+                    .set(PathBuf::from(std::ffi::OsStr::from_bytes(&name)));
+            }
+            self.refresh(ctx, m);
         }
-        if let Some(owned) = v.owned.take() {
-            v.owned = Some(Arc::new(owned.minus(&slots)));
+    }
+
+    /// The slots a snapshot opened now shows: `None` (every key) outside
+    /// cluster mode, or where nothing is hidden. Main thread.
+    pub fn visible_slots(&self, ctx: Ctx, m: &Shared) -> Option<Arc<SlotSet>> {
+        if !self.enabled() {
+            return None;
         }
-        v.recompute();
-    });
-    purge(ctx, m, slots, why);
+        self.catch_up(ctx, m);
+        self.with_view(|v| v.visible.clone())
+    }
+
+    /// The slots this node owns now (see `View::owned`): `None` outside
+    /// cluster mode or before the first refresh. Main thread.
+    pub fn owned_slots(&self, ctx: Ctx, m: &Shared) -> Option<Arc<SlotSet>> {
+        if !self.enabled() {
+            return None;
+        }
+        self.catch_up(ctx, m);
+        self.with_view(|v| v.owned.clone())
+    }
+
+    /// Re-reads `CLUSTER NODES` if the cluster configuration file changed since
+    /// the last read; true if it did. Main thread.
+    fn catch_up(&self, ctx: Ctx, m: &Shared) -> bool {
+        let now = config_stamp(self.config_file.get());
+        if now.is_none() || self.with_view(|v| v.stamp == now) {
+            return false;
+        }
+        self.refresh(ctx, m);
+        true
+    }
+
+    /// Re-reads the served slots from `CLUSTER NODES`; slots no longer served
+    /// are purged from the index. Main thread.
+    pub fn refresh(&self, ctx: Ctx, m: &Shared) {
+        if !self.enabled() {
+            return;
+        }
+        // Before the read: a change after it is seen by the next check.
+        let stamp = config_stamp(self.config_file.get());
+        self.with_view(|v| v.stamp = stamp);
+        let Some(text) = host::call_text(ctx, c"CLUSTER", c"NODES") else {
+            return;
+        };
+        let Some(served) = served_from_nodes(&text) else {
+            return;
+        };
+        let owned = crate::slot::owned_from_nodes(&text);
+        // Keys of a slot now unassigned (DELSLOTS) stay in the database: only
+        // those of slots another node took are gone (Redis 7.0 deletes them
+        // without notifications).
+        let assigned = crate::slot::assigned_from_nodes(&text);
+        let lost = self.with_view(|v| {
+            if v.owned.as_deref() != owned.as_ref() {
+                v.owned = owned.map(Arc::new);
+            }
+            let lost = v
+                .served
+                .as_ref()
+                .map(|old| old.minus(&served).minus(&old.minus(&assigned)));
+            if v.served.as_ref() != Some(&served) {
+                v.served = Some(served);
+                self.recompute(v);
+            }
+            lost
+        });
+        if let Some(lost) = lost.filter(|l| !l.is_empty()) {
+            self.purge(ctx, m, lost, "taken by another node");
+        }
+    }
+
+    fn purge(&self, ctx: Ctx, m: &Shared, slots: SlotSet, why: &str) {
+        server::log(
+            ctx,
+            "verbose",
+            &format!(
+                "snapscan: slots {} {why}: purging their keys from the index",
+                slots.ranges_text()
+            ),
+        );
+        m.watches.bump_all();
+        m.push(Op::PurgeSlots(Arc::new(slots)));
+    }
+
+    /// Server cron tick (`CronLoop` event): a refresh if the configuration
+    /// file changed, else the paced safety net.
+    pub fn on_cron(&self, lock: &ServerLock, ctx: Ctx, m: &Shared) {
+        if !self.enabled() {
+            return;
+        }
+        let now = Instant::now();
+        if self.catch_up(ctx, m) || self.next_refresh.get(lock).is_some_and(|next| now < next) {
+            return;
+        }
+        let cpu = server::deletion::thread_cpu_us();
+        self.refresh(ctx, m);
+        let cost = Duration::from_micros(server::deletion::thread_cpu_us().saturating_sub(cpu));
+        self.next_refresh
+            .replace(lock, Some(now + refresh_pause(cost)));
+    }
+
+    /// An atomic-slot-migration event (Valkey 9+) about `slots`.
+    pub fn on_slot_migration(&self, ctx: Ctx, m: &Shared, subevent: u64, slots: SlotSet) {
+        match subevent {
+            host::ASM_IMPORT_STARTED => self.import_started(slots),
+            host::ASM_IMPORT_COMPLETED => self.import_completed(slots),
+            host::ASM_IMPORT_ABORTED => self.import_aborted(ctx, m, slots, true),
+            host::ASM_EXPORT_COMPLETED => self.refresh(ctx, m),
+            _ => {}
+        }
+    }
+
+    /// A slot-migration event (Redis 8.4+) about `slots`.
+    pub fn on_redis_slot_migration(&self, ctx: Ctx, m: &Shared, subevent: u64, slots: SlotSet) {
+        match subevent {
+            host::REDIS_ASM_IMPORT_STARTED => self.import_started(slots),
+            host::REDIS_ASM_IMPORT_COMPLETED => self.import_completed(slots),
+            // The server trims what the import brought (a trim event follows,
+            // which purges): no second walk of the index.
+            host::REDIS_ASM_IMPORT_FAILED => self.import_aborted(ctx, m, slots, false),
+            host::REDIS_ASM_MIGRATE_COMPLETED => self.gone(ctx, m, slots, "migrated away"),
+            _ => {}
+        }
+    }
+
+    /// A trim event (Redis 8.4+): the server deletes the keys of `slots`, which
+    /// this node does not serve, either key by key (`key_trimmed`
+    /// notifications, which the module does not ask for) or in the background
+    /// without any notification. Either way they leave the index now.
+    pub fn on_redis_slot_trim(&self, ctx: Ctx, m: &Shared, subevent: u64, slots: SlotSet) {
+        if matches!(
+            subevent,
+            host::REDIS_TRIM_STARTED | host::REDIS_TRIM_BACKGROUND
+        ) {
+            self.gone(ctx, m, slots, "trimmed by the server");
+        }
+    }
+
+    fn import_started(&self, slots: SlotSet) {
+        if !self.enabled() {
+            return;
+        }
+        self.with_view(|v| {
+            v.importing = v.importing.union(&slots);
+            self.recompute(v);
+        });
+    }
+
+    /// The slots are this node's now: shown at once, whether or not the
+    /// topology already says so (the next refresh confirms).
+    fn import_completed(&self, slots: SlotSet) {
+        if !self.enabled() {
+            return;
+        }
+        self.with_view(|v| {
+            v.importing = v.importing.minus(&slots);
+            v.served = Some(v.served.take().unwrap_or_default().union(&slots));
+            let owned = v.owned.as_deref().cloned().unwrap_or_default();
+            v.owned = Some(Arc::new(owned.union(&slots)));
+            self.recompute(v);
+        });
+    }
+
+    /// An import that will not complete: its slots are no longer hidden as
+    /// importing; those the node does not serve are purged if `purge`.
+    fn import_aborted(&self, ctx: Ctx, m: &Shared, slots: SlotSet, purge_unserved: bool) {
+        if !self.enabled() {
+            return;
+        }
+        let gone = self.with_view(|v| {
+            v.importing = v.importing.minus(&slots);
+            self.recompute(v);
+            slots.minus(v.served.as_ref().unwrap_or(&SlotSet::new()))
+        });
+        if purge_unserved && !gone.is_empty() {
+            self.purge(ctx, m, gone, "import cancelled");
+        }
+    }
+
+    /// `slots` are no longer this node's (migrated away, or trimmed): hidden at
+    /// once and purged from the index.
+    fn gone(&self, ctx: Ctx, m: &Shared, slots: SlotSet, why: &str) {
+        if !self.enabled() || slots.is_empty() {
+            return;
+        }
+        self.with_view(|v| {
+            v.importing = v.importing.minus(&slots);
+            if let Some(served) = v.served.take() {
+                v.served = Some(served.minus(&slots));
+            }
+            if let Some(owned) = v.owned.take() {
+                v.owned = Some(Arc::new(owned.minus(&slots)));
+            }
+            self.recompute(v);
+        });
+        self.purge(ctx, m, slots, why);
+    }
+
+    fn with_view<T>(&self, f: impl FnOnce(&mut View) -> T) -> T {
+        f(&mut self.view.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn recompute(&self, v: &mut View) {
+        v.recompute(self.hides_unowned.load(Ordering::Relaxed));
+    }
 }
 
 #[cfg(test)]

@@ -41,12 +41,14 @@ pub struct Keyspace {
     pub backfill: backfill::Backfill,
     /// Replicas' async loads.
     pub replication: replication::Replication,
+    /// The slots this node serves.
+    pub cluster: cluster::ClusterView,
 }
 
 /// The server's cron tick (main thread): the cluster view's refresh and
 /// the idle drop of the index.
 pub fn on_cron(lock: &ServerLock, ctx: Ctx, m: &'static Shared, ks: &'static Keyspace) {
-    cluster::on_cron(lock, ctx, m);
+    ks.cluster.on_cron(lock, ctx, m);
     match ks.idle.on_cron(lock, m, ks.backfill.progress().running) {
         idle::Tick::Nothing => {}
         idle::Tick::Drop => drop_index(lock, ctx, m, ks),

@@ -35,7 +35,7 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> 
     let req = m.open_in(
         db,
         server::command_time_ms(),
-        crate::keyspace::cluster::visible_slots(ctx, m),
+        m.keyspace.cluster.visible_slots(ctx, m),
     );
     let spec = ScanSpec {
         pattern: Some(Pattern::new(pattern)),

@@ -132,7 +132,7 @@ pub fn run_with(lock: &ServerLock, ctx: Ctx, args: &[&[u8]], retry: bool) -> Res
                 hi: at,
             });
         Start::Open(
-            m.open_in(db, at, crate::keyspace::cluster::visible_slots(ctx, m)),
+            m.open_in(db, at, m.keyspace.cluster.visible_slots(ctx, m)),
             clock,
         )
     } else {

@@ -135,6 +135,7 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> 
     };
     let mut task = Task {
         m,
+        cluster: &m.keyspace.cluster,
         db,
         user,
         dryrun,
@@ -224,6 +225,8 @@ fn small_match(
 /// The main-thread half of one call.
 struct Task {
     m: &'static Shared,
+    /// The slots this node owns, read again every slice.
+    cluster: &'static crate::keyspace::cluster::ClusterView,
     db: usize,
     user: Vec<u8>,
     dryrun: bool,
@@ -276,7 +279,7 @@ impl Task {
         // meanwhile (then nothing more is deleted).
         let user = User::by_name(ctx, &self.user);
         // Cluster mode: the slots owned now (`None`: every key is).
-        let owned = crate::keyspace::cluster::owned_slots(ctx, self.m);
+        let owned = self.cluster.owned_slots(ctx, self.m);
         let (started, mut handled) = (Instant::now(), 0usize);
         let slice_keys = crate::config::get(&crate::config::UNLINK_BATCH).max(1);
         while handled < slice_keys && started.elapsed() < SLICE_TIME {
