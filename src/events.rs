@@ -11,11 +11,20 @@
 //! - atomic slot migration (Valkey), slot migration and trim (Redis 8.4+):
 //!   `keyspace::cluster`.
 //!
-//! Owns only the subscriptions (and whether the `Key` event is on).
+//! - the Valkey 8 client-database workaround's command filter:
+//!   `keyspace::clientdb`.
+//!
+//! Each callback loads the `Module` once (`module::try_get`) and hands the
+//! subsystem its struct and the shared state. Owns only the subscriptions
+//! (and whether the `Key` event is on).
 
+use crate::keyspace::clientdb::{ClientDb, RestoreDb};
 use crate::keyspace::{self, cluster, deleted, replication, tracking};
 use crate::module;
-use crate::server::entry::{guarded, keyspace_event, server_event, KeyspaceEvent, ServerEvent};
+use crate::server::clientdb::FilterCall;
+use crate::server::entry::{
+    guarded, keyspace_event, server_event, CommandFilter, KeyspaceEvent, ServerEvent,
+};
 use crate::server::locked::ServerLock;
 use crate::server::subscribe as sub;
 use crate::server::{self, Ctx};
@@ -91,6 +100,16 @@ pub fn subscribe(ctx: Ctx, m: &module::Module) -> Result<(), String> {
         std::sync::atomic::Ordering::Relaxed,
     );
     Ok(())
+}
+
+/// Registers the Valkey 8 client-database workaround's command filter
+/// where the server needs it (see `keyspace::clientdb`).
+pub fn register_client_db_filter(ctx: Ctx, m: &module::Module) {
+    if ClientDb::needed(server::host::valkey_major(ctx))
+        && server::clientdb::register_filter::<ClientDbFilter>(ctx)
+    {
+        m.keyspace.clientdb.enable();
+    }
 }
 
 /// Whether the server has the `Key` server event (Redis 7.2+, Valkey).
@@ -225,11 +244,20 @@ impl KeyspaceEvent for Notification {
         event: *const c_char,
         key: *mut raw::RedisModuleString,
     ) {
-        let _restore = keyspace::clientdb::RestoreDb::new(lock, ctx); // Valkey 8 bug, see clientdb.rs
         let Some(m) = module::try_get() else { return };
+        let _restore = RestoreDb::new(lock, ctx, &m.keyspace.clientdb); // Valkey 8 bug, see clientdb.rs
         guarded(ctx, "keyspace event", || {
             tracking::on_keyspace_event(lock, ctx, type_, event, key, m, &m.keyspace)
         });
+    }
+}
+
+struct ClientDbFilter;
+impl CommandFilter for ClientDbFilter {
+    fn on(lock: &ServerLock, call: &FilterCall) {
+        if let Some(m) = module::try_get() {
+            m.keyspace.clientdb.on_command(lock, call);
+        }
     }
 }
 

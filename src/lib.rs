@@ -96,7 +96,7 @@ mod onload {
         let options = cluster::module_options(ctx.ctx) | replication::module_options();
         server::host::set_module_options(ctx.ctx, options);
         m.keyspace.cluster.init(ctx.ctx, m);
-        crate::keyspace::clientdb::init(ctx.ctx, server::host::valkey_major(ctx.ctx));
+        events::register_client_db_filter(ctx.ctx, m);
         server::native::init(ctx.ctx);
         crate::native::init();
         if let Err(e) = events::subscribe(ctx.ctx, m).and_then(|_| commands::register(ctx.ctx)) {

@@ -17,25 +17,62 @@
 //! selecting back) is `server::clientdb`.
 
 use crate::server::clientdb::{self as raw_clientdb, FilterCall};
-use crate::server::entry::CommandFilter;
 use crate::server::locked::{LockedCell, ServerLock};
 use crate::server::Ctx;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-/// Whether the filter is registered (read by every notification, without
-/// the token: one relaxed load).
-static ENABLED: AtomicBool = AtomicBool::new(false);
-/// What the filter decided last (main thread, server lock).
-static STATE: LockedCell<State> = LockedCell::new(State::NONE);
-/// Clients in MULTI (rarely touched: only for the few commands that matter).
-static TXNS: Mutex<Option<Txns>> = Mutex::new(None);
+/// The workaround's state (a field of `keyspace::Keyspace`). The filter
+/// itself is registered by the event router (`events.rs`), which hands
+/// each command to [`ClientDb::on_command`].
+pub struct ClientDb {
+    /// Whether the filter is registered (read by every notification, without
+    /// the token: one relaxed load).
+    enabled: AtomicBool,
+    /// What the filter decided last (main thread, server lock).
+    state: LockedCell<State>,
+    /// Clients in MULTI (rarely touched: only for the few commands that matter).
+    txns: Mutex<Txns>,
+}
 
-/// Registers the filter (OnLoad) when `valkey_major` is 8.
-pub fn init(ctx: Ctx, valkey_major: Option<u32>) {
-    if valkey_major == Some(8) && raw_clientdb::register_filter::<Filter>(ctx) {
-        ENABLED.store(true, Ordering::Relaxed);
+impl Default for ClientDb {
+    fn default() -> Self {
+        ClientDb {
+            enabled: AtomicBool::new(false),
+            state: LockedCell::new(State::NONE),
+            txns: Mutex::new(Txns::default()),
+        }
+    }
+}
+
+impl ClientDb {
+    /// Whether a server of this Valkey major version needs the workaround.
+    pub fn needed(valkey_major: Option<u32>) -> bool {
+        valkey_major == Some(8)
+    }
+
+    /// Records that the filter is registered (OnLoad).
+    pub fn enable(&self) {
+        self.enabled.store(true, Ordering::Relaxed);
+    }
+
+    /// The filter: sees a command before it runs.
+    pub fn on_command(&self, lock: &ServerLock, call: &FilterCall) {
+        let mut t = Tracker {
+            state: self.state.get(lock),
+            txns: &mut |f| self.with_txns(f),
+        };
+        t.on_command(call);
+        self.state.replace(lock, t.state);
+    }
+
+    fn with_txns(&self, f: &mut dyn FnMut(&mut Txns) -> bool) -> bool {
+        let mut t = self.txns.lock().unwrap_or_else(|e| e.into_inner());
+        if t.cross.len() + t.select.len() > MAX_TXNS {
+            *t = Txns::default();
+        }
+        f(&mut t)
     }
 }
 
@@ -204,15 +241,6 @@ impl Tracker<'_> {
     }
 }
 
-fn with_txns(f: &mut dyn FnMut(&mut Txns) -> bool) -> bool {
-    let mut g = TXNS.lock().unwrap_or_else(|e| e.into_inner());
-    let t = g.get_or_insert_with(Txns::default);
-    if t.cross.len() + t.select.len() > MAX_TXNS {
-        *t = Txns::default();
-    }
-    f(t)
-}
-
 impl Command for FilterCall {
     fn name(&self) -> &[u8] {
         self.arg(0)
@@ -228,36 +256,25 @@ impl Command for FilterCall {
     }
 }
 
-struct Filter;
-impl CommandFilter for Filter {
-    fn on(lock: &ServerLock, call: &FilterCall) {
-        let mut t = Tracker {
-            state: STATE.get(lock),
-            txns: &mut with_txns,
-        };
-        t.on_command(call);
-        STATE.replace(lock, t.state);
-    }
-}
-
 /// Selects the remembered database back on the executing client when it
 /// goes out of scope (create it at the start of a notification callback).
 pub struct RestoreDb<'a> {
     lock: &'a ServerLock,
     ctx: Ctx,
+    db: &'a ClientDb,
 }
 
 impl<'a> RestoreDb<'a> {
-    pub fn new(lock: &'a ServerLock, ctx: Ctx) -> Option<Self> {
-        ENABLED
+    pub fn new(lock: &'a ServerLock, ctx: Ctx, db: &'a ClientDb) -> Option<Self> {
+        db.enabled
             .load(Ordering::Relaxed)
-            .then_some(RestoreDb { lock, ctx })
+            .then_some(RestoreDb { lock, ctx, db })
     }
 }
 
 impl Drop for RestoreDb<'_> {
     fn drop(&mut self) {
-        let s = STATE.get(self.lock);
+        let s = self.db.state.get(self.lock);
         if s.client != 0 {
             raw_clientdb::select_back(self.ctx, s.client, s.db as usize);
         }

@@ -43,6 +43,8 @@ pub struct Keyspace {
     pub replication: replication::Replication,
     /// The slots this node serves.
     pub cluster: cluster::ClusterView,
+    /// The Valkey 8 client-database workaround.
+    pub clientdb: clientdb::ClientDb,
 }
 
 /// The server's cron tick (main thread): the cluster view's refresh and
