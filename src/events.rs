@@ -95,10 +95,9 @@ pub fn subscribe(ctx: Ctx, m: &module::Module) -> Result<(), String> {
             );
         }
     }
-    KEY_EVENT.store(
-        subscribe_key_event(ctx, true),
-        std::sync::atomic::Ordering::Relaxed,
-    );
+    m.keyspace
+        .deleted
+        .set_key_event(subscribe_key_event(ctx, true));
     Ok(())
 }
 
@@ -111,9 +110,6 @@ pub fn register_client_db_filter(ctx: Ctx, m: &module::Module) {
         m.keyspace.clientdb.enable();
     }
 }
-
-/// Whether the server has the `Key` server event (Redis 7.2+, Valkey).
-static KEY_EVENT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Subscribes to the `Key` server event (`on`) or unsubscribes; true if the
 /// server accepted.
@@ -135,8 +131,8 @@ fn subscribe_key_event(ctx: Ctx, on: bool) -> bool {
 /// the server's iteration over its listeners then stands on the Loading
 /// listener, whose next node is another of ours subscribed before the Key
 /// listener, so removing the Key listener never frees the node it holds.)
-fn key_event_during_load(ctx: Ctx, subevent: u64) {
-    if !KEY_EVENT.load(std::sync::atomic::Ordering::Relaxed) {
+fn key_event_during_load(ctx: Ctx, m: &module::Module, subevent: u64) {
+    if !m.keyspace.deleted.key_event() {
         return;
     }
     match subevent {
@@ -286,7 +282,7 @@ impl ServerEvent for Loading {
     fn on(lock: &ServerLock, ctx: Ctx, subevent: u64, _data: *mut c_void) {
         let Some(m) = module::try_get() else { return };
         guarded(ctx, "loading", || {
-            key_event_during_load(ctx, subevent);
+            key_event_during_load(ctx, m, subevent);
             tracking::on_loading(lock, ctx, m, &m.keyspace, subevent)
         });
     }

@@ -62,6 +62,10 @@ pub struct UnlinkStats {
     pub keys_unlinked: AtomicU64,
     pub keys_denied: AtomicU64,
     pub keys_written: AtomicU64,
+    /// Keys skipped because their slot is not this node's: keys of a slot
+    /// it imports the legacy way, which `SCAN` (and the snapshot) shows
+    /// but the server lets no module's call write.
+    pub keys_not_owned: AtomicU64,
     pub stopped: AtomicU64,
     pub longest_slice_us: AtomicU64,
     /// The same, in CPU time of the main thread (without preemption).

@@ -11,6 +11,7 @@ use crate::index::{Key, Op};
 use crate::server::locked::{LockedCell, ServerLock};
 use crate::state::Shared;
 use redis_module::raw;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The last key whose deletion was logged by a `Key` event or by a
 /// deletion notification: the other of the two, fired for the same deletion
@@ -21,9 +22,22 @@ use redis_module::raw;
 #[derive(Default)]
 pub struct Deleted {
     last_gone: LockedCell<Option<(usize, Key)>>,
+    /// Whether the server has the `Key` server event (Redis 7.2+, Valkey)
+    /// and the router subscribed to it.
+    key_event: AtomicBool,
 }
 
 impl Deleted {
+    /// Whether the router subscribed to the `Key` event (OnLoad).
+    pub fn key_event(&self) -> bool {
+        self.key_event.load(Ordering::Relaxed)
+    }
+
+    /// Records whether the router could subscribe to the `Key` event.
+    pub fn set_key_event(&self, on: bool) {
+        self.key_event.store(on, Ordering::Relaxed);
+    }
+
     /// Forgets the remembered deletion (the index is being dropped).
     pub fn forget_gone(&self, lock: &ServerLock) {
         self.last_gone.take(lock);

@@ -31,11 +31,6 @@ const BATCH: usize = 64;
 /// Keys the worker hands over at a time.
 const PAGE: usize = 4096;
 
-/// Keys skipped because their slot is not this node's (for INFO): keys of
-/// a slot it imports the legacy way, which `SCAN` (and the snapshot) shows
-/// but the server lets no module's call write.
-static KEYS_NOT_OWNED: AtomicU64 = AtomicU64::new(0);
-
 const IN_TRANSACTION: &str =
     "ERR SNAPSHOT.UNLINK cannot run inside MULTI, scripts or functions (it deletes in slices between other clients' commands)";
 
@@ -303,7 +298,7 @@ impl Task {
                     continue;
                 }
                 if owned.as_ref().is_some_and(|o| !o.holds_key(k.as_bytes())) {
-                    Shared::bump(&KEYS_NOT_OWNED, 1);
+                    Shared::bump(&stats.keys_not_owned, 1);
                     continue;
                 }
                 let Some(name) = OwnedString::new(ctx, k.as_bytes()) else {
@@ -395,7 +390,7 @@ pub fn info_figures(m: &Shared) -> [(&'static str, u64); 10] {
         ("unlink_keys_unlinked", get(&s.keys_unlinked)),
         ("unlink_keys_denied", get(&s.keys_denied)),
         ("unlink_keys_written_since", get(&s.keys_written)),
-        ("unlink_keys_not_owned", get(&KEYS_NOT_OWNED)),
+        ("unlink_keys_not_owned", get(&s.keys_not_owned)),
         ("unlink_stopped_early", get(&s.stopped)),
         ("unlink_longest_slice_us", get(&s.longest_slice_us)),
         ("unlink_longest_slice_cpu_us", get(&s.longest_slice_cpu_us)),
