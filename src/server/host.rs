@@ -171,7 +171,7 @@ pub fn has_redis_slot_migration() -> bool {
 /// `SCAN`, `KEYS` and `RANDOMKEY` apply): slots this node (a replica: its
 /// primary) owns, plus legacy imports (`SETSLOT ... IMPORTING`); not those
 /// of an atomic import under way. `None` on other servers. 16,384 calls of
-/// a few nanoseconds each.
+/// about 4 ns: about 70 µs in all (Redis 8.6.3).
 pub fn accessible_slots() -> Option<SlotSet> {
     let can = api!(RedisModule_ClusterCanAccessKeysInSlot)?;
     let mut set = SlotSet::new();
