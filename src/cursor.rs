@@ -17,6 +17,13 @@
 //!   bound the memory their snapshots hold); their cursors are remembered
 //!   (the last [`TOMBSTONES`]) so that their next call can say why.
 //!
+//! - every cursor number issued lies in `[2^62, 2^63)` ([`ISSUED_BIT`] set):
+//!   a native SCAN cursor (a bucket position, below 2^62 on any table a
+//!   server can hold) is never mistaken for one (see `native`);
+//! - [`Registry::take_retryable`] keeps a used cursor answerable for
+//!   [`RETRY_MS`] (at most [`SPENT_MAX`] of them): a client that lost a
+//!   reply and sends the cursor again gets the same page.
+//!
 //! Each entry may belong to a *group* (for SNAPSHOT.SCAN: the database and
 //! version of its snapshot); the registry counts entries per group as they
 //! come and go, so the number of distinct groups is known in O(1).
@@ -86,6 +93,9 @@ struct Inner<T> {
     tomb_order: VecDeque<u64>,
     tombs: HashSet<u64>,
     evicted_memory: u64,
+    /// Used cursors answerable for a retry, and their order of use.
+    spent: HashMap<u64, Spent<T>>,
+    spent_order: VecDeque<u64>,
 }
 
 impl<T> Inner<T> {
@@ -164,6 +174,28 @@ pub struct Stats {
 
 const MASK63: u64 = (1 << 63) - 1;
 
+/// Set in every cursor number the registry issues (see the module docs).
+pub const ISSUED_BIT: u64 = 1 << 62;
+
+/// Whether `c` has the form of a cursor the registry issues.
+pub fn is_issued(c: u64) -> bool {
+    c & !MASK63 == 0 && c & ISSUED_BIT != 0
+}
+
+/// How long a used cursor stays answerable for a retry (milliseconds).
+pub const RETRY_MS: u64 = 10_000;
+
+/// Used cursors kept answerable at most (the oldest go first).
+pub const SPENT_MAX: usize = 4096;
+
+/// A used cursor kept for a retry.
+struct Spent<T> {
+    value: T,
+    db: usize,
+    pages: u64,
+    used_ms: u64,
+}
+
 /// A bijection on 63-bit integers: distinct counters give distinct,
 /// unpredictable-looking cursor numbers below 2^63 (safe for clients that
 /// parse cursors as signed 64-bit integers).
@@ -201,6 +233,8 @@ impl<T> Registry<T> {
                 tomb_order: VecDeque::new(),
                 tombs: HashSet::new(),
                 evicted_memory: 0,
+                spent: HashMap::new(),
+                spent_order: VecDeque::new(),
             }),
         }
     }
@@ -285,8 +319,8 @@ impl<T> Registry<T> {
         inner.evict_over(max_open.max(1) - 1, EVICT_PER_INSERT, &mut evicted);
         let id = loop {
             inner.counter = inner.counter.wrapping_add(1);
-            let id = mix63(inner.counter);
-            if id != 0 && !inner.entries.contains_key(&id) {
+            let id = mix63(inner.counter) | ISSUED_BIT;
+            if !inner.entries.contains_key(&id) && !inner.spent.contains_key(&id) {
                 break id;
             }
         };
@@ -343,6 +377,76 @@ impl<T> Registry<T> {
         g.unlink(id).ok_or(None)
     }
 
+    /// [`take_checked`](Self::take_checked) for a client that may send
+    /// the cursor again (a retry after a lost reply): the iteration is
+    /// removed but a copy stays answerable for [`RETRY_MS`], so the same
+    /// cursor gets the same continuation again. Also returns the copies
+    /// that aged out, to be dropped off the main thread.
+    pub fn take_retryable<E>(
+        &self,
+        id: u64,
+        now_ms: u64,
+        check: impl FnOnce(usize, &T) -> Result<(), E>,
+    ) -> (Result<Entry<T>, Option<E>>, Vec<T>)
+    where
+        T: Clone,
+    {
+        let mut g = self.lock();
+        let inner = &mut *g;
+        let mut aged = Vec::new();
+        while let Some(&old) = inner.spent_order.front() {
+            let keep = inner
+                .spent
+                .get(&old)
+                .is_some_and(|s| now_ms.saturating_sub(s.used_ms) <= RETRY_MS)
+                && inner.spent.len() < SPENT_MAX;
+            if keep {
+                break;
+            }
+            inner.spent_order.pop_front();
+            if let Some(s) = inner.spent.remove(&old) {
+                aged.push(s.value);
+            }
+        }
+        if let Some(s) = inner.spent.get(&id) {
+            if let Err(e) = check(s.db, &s.value) {
+                return (Err(Some(e)), aged);
+            }
+            inner.tick += 1;
+            let e = Entry {
+                value: s.value.clone(),
+                db: s.db,
+                pages: s.pages,
+                tick: inner.tick,
+                last_used_ms: now_ms,
+                group: None,
+            };
+            return (Ok(e), aged);
+        }
+        match inner.entries.get(&id) {
+            None => return (Err(None), aged),
+            Some(e) => {
+                if let Err(why) = check(e.db, &e.value) {
+                    return (Err(Some(why)), aged);
+                }
+            }
+        }
+        let Some(e) = inner.unlink(id) else {
+            return (Err(None), aged);
+        };
+        inner.spent.insert(
+            id,
+            Spent {
+                value: e.value.clone(),
+                db: e.db,
+                pages: e.pages,
+                used_ms: now_ms,
+            },
+        );
+        inner.spent_order.push_back(id);
+        (Ok(e), aged)
+    }
+
     /// Evicts the entries over `max_open` (after the limit was lowered),
     /// in chunks of at most [`CHUNK`] per hold of the mutex, in the order
     /// of eviction at the limit; hands each chunk's values to `dispose`,
@@ -374,6 +478,12 @@ impl<T> Registry<T> {
     /// per hold of the mutex.
     pub fn evict_lru(&self, n: usize) -> Vec<T> {
         let mut all = Vec::new();
+        {
+            // Copies kept for retries hold snapshots too: they go first.
+            let mut g = self.lock();
+            g.spent_order.clear();
+            all.extend(std::mem::take(&mut g.spent).into_values().map(|s| s.value));
+        }
         let mut left = n;
         self.in_chunks(
             |inner, chunk, out| {
@@ -489,6 +599,68 @@ mod tests {
         let ids: HashSet<u64> = (0..100_000u64).map(mix63).collect();
         assert_eq!(ids.len(), 100_000);
         assert!(ids.iter().all(|&i| i <= MASK63));
+    }
+
+    #[test]
+    fn issued_cursors_carry_the_issued_bit_and_stay_below_2_63() {
+        let r = Registry::new(3);
+        for i in 0..1000 {
+            let (id, _) = r.insert(i, 0, 1, 0, 10_000);
+            assert!(is_issued(id), "{id}");
+        }
+    }
+
+    #[rstest]
+    #[case::zero(0, false)]
+    #[case::small_native(12345, false)]
+    #[case::below_tag((1 << 62) - 1, false)]
+    #[case::tag(1 << 62, true)]
+    #[case::top((1 << 63) - 1, true)]
+    #[case::above_2_63(1 << 63, false)]
+    #[case::u64_max(u64::MAX, false)]
+    fn issued_form(#[case] c: u64, #[case] want: bool) {
+        assert_eq!(is_issued(c), want);
+    }
+
+    #[test]
+    fn a_retryable_cursor_answers_again_within_the_window() {
+        let r = Registry::new(9);
+        let (id, _) = r.insert("a", 2, 1, 0, 10);
+        let ok = |_: usize, _: &&str| Ok::<(), ()>(());
+        let (e, aged) = r.take_retryable(id, 5, ok);
+        assert_eq!(e.map(|e| (e.value, e.db, e.pages)), Ok(("a", 2, 1)));
+        assert!(aged.is_empty());
+        assert_eq!(r.stats().open, 0);
+        // Sent again: the same continuation.
+        let (e, _) = r.take_retryable(id, 5 + RETRY_MS, ok);
+        assert_eq!(e.map(|e| e.value), Ok("a"));
+        // Checked like the first time.
+        let (e, _) = r.take_retryable(id, 6, |db, _| if db == 2 { Err(db) } else { Ok(()) });
+        assert_eq!(e.map(|e| e.value), Err(Some(2)));
+        // Aged out: unknown, and the copy handed back for disposal.
+        let (e, aged) = r.take_retryable(id, 6 + RETRY_MS, ok);
+        assert_eq!(e.map(|e| e.value), Err(None));
+        assert_eq!(aged, vec!["a"]);
+        // Single-use takes are unaffected.
+        let (id2, _) = r.insert("b", 0, 1, 0, 10);
+        assert!(r.take(id2).is_some());
+        let (e, _) = r.take_retryable(id2, 0, ok);
+        assert_eq!(e.map(|e| e.value), Err(None));
+    }
+
+    #[test]
+    fn retry_copies_are_bounded_and_dropped_by_memory_eviction() {
+        let r = Registry::new(5);
+        let ok = |_: usize, _: &usize| Ok::<(), ()>(());
+        let mut aged_total = 0;
+        for i in 0..SPENT_MAX + 10 {
+            let (id, _) = r.insert(i, 0, 1, 0, usize::MAX);
+            let (e, aged) = r.take_retryable(id, 0, ok);
+            assert!(e.is_ok());
+            aged_total += aged.len();
+        }
+        assert_eq!(aged_total, 10);
+        assert_eq!(r.evict_lru(1).len(), SPENT_MAX);
     }
 
     #[test]

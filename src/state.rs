@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 /// A SNAPSHOT.SCAN iteration in progress: its snapshot and where to resume.
+#[derive(Clone)]
 pub struct ScanCursor {
     pub snap: Arc<Snapshot>,
     pub after: Key,
@@ -54,6 +55,7 @@ impl Grouped for HashCursor {
 
 /// A SNAPSHOT.HSCAN/SSCAN/ZSCAN iteration in progress: the collection
 /// copy and a position.
+#[derive(Clone)]
 pub struct HashCursor {
     pub copy: Arc<CollCopy>,
     pub key: Box<[u8]>,
@@ -94,6 +96,8 @@ pub struct Module {
     pub pool: Pool,
     pub reaper: Reaper,
     pub stats: Stats,
+    /// Calls of the native commands routed by `snapshot.serve-native`.
+    pub native: NativeServing,
     started: Instant,
     indexer_alive: AtomicBool,
     janitor_alive: AtomicBool,
@@ -103,6 +107,22 @@ pub struct Module {
     pub pause_indexer: AtomicBool,
     /// One bound_retained pass at a time.
     bounding: Mutex<()>,
+}
+
+/// The state of serving the native commands (`native` owns it): per
+/// native command (`native::mode::Native::index`), calls served from a
+/// snapshot, calls run by the native command, iterations restarted
+/// natively; and whether `snapshot.serve-native` was ever on (from then on
+/// the filter routes continuations of the iterations it served whatever
+/// the mode).
+///
+/// Locking: atomics only, relaxed (figures and a one-way flag).
+#[derive(Default)]
+pub struct NativeServing {
+    pub ever_on: AtomicBool,
+    pub served: [AtomicU64; 5],
+    pub native: [AtomicU64; 5],
+    pub restarted: [AtomicU64; 5],
 }
 
 static MODULE: OnceLock<Module> = OnceLock::new();
@@ -287,6 +307,7 @@ pub fn init(databases: usize, seed: u64) -> &'static Module {
         ),
         reaper: Reaper::new(),
         stats: Stats::default(),
+        native: NativeServing::default(),
         started: Instant::now(),
         indexer_alive: AtomicBool::new(false),
         janitor_alive: AtomicBool::new(false),

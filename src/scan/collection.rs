@@ -60,6 +60,8 @@ struct Call {
     spec: PageSpec,
     /// The client cannot be blocked (MULTI, Lua, functions): all inline.
     inline: bool,
+    /// A cursor sent again gets the same page (see `run_with`).
+    retry: bool,
 }
 
 /// Where the copy of a call comes from.
@@ -92,6 +94,12 @@ impl Source {
 /// turn of the event loop, while the client waits. Pages are cut on a
 /// worker (small pages of a finished copy on the main thread).
 pub fn run(ctx: Ctx, args: &[&[u8]], kind: Kind) -> Result<(), CmdError> {
+    run_with(ctx, args, kind, false)
+}
+
+/// [`run`]; with `retry`, a cursor sent again within `cursor::RETRY_MS`
+/// gets the same page (see `Registry::take_retryable`).
+pub fn run_with(ctx: Ctx, args: &[&[u8]], kind: Kind, retry: bool) -> Result<(), CmdError> {
     if args.len() < 3 {
         return Err(CmdError::WrongArity);
     }
@@ -140,6 +148,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]], kind: Kind) -> Result<(), CmdError> {
             pairs: kind.has_second() && !opts.novalues && !opts.noscores,
         },
         inline: server::blocking_denied(ctx),
+        retry,
     };
     Module::bump(&m.stats.hash_scans, 1);
     let Some(name) = name else {
@@ -250,19 +259,32 @@ impl Call {
     /// Takes the continuation behind `cursor` if it is this call's.
     fn take_cursor(&self, cursor: u64) -> Result<crate::cursor::Entry<HashCursor>, CmdError> {
         let (db, key, kind) = (self.db, &self.key, self.kind);
-        self.m
-            .hash_cursors
-            .take_checked(cursor, |e| {
-                if e.db != db {
-                    Err(format!("belongs to database {}, not {db}", e.db))
-                } else if e.value.key != *key {
-                    Err("belongs to another key".to_string())
-                } else if e.value.copy.kind() != kind {
-                    Err(format!("belongs to {}", e.value.copy.kind().command()))
-                } else {
-                    Ok(())
-                }
-            })
+        let check = |edb: usize, v: &HashCursor| {
+            if edb != db {
+                Err(format!("belongs to database {edb}, not {db}"))
+            } else if v.key != *key {
+                Err("belongs to another key".to_string())
+            } else if v.copy.kind() != kind {
+                Err(format!("belongs to {}", v.copy.kind().command()))
+            } else {
+                Ok(())
+            }
+        };
+        let taken = if self.retry {
+            let (taken, aged) = self
+                .m
+                .hash_cursors
+                .take_retryable(cursor, self.m.mono_ms(), check);
+            if !aged.is_empty() {
+                self.m.reaper.dispose(aged);
+            }
+            taken
+        } else {
+            self.m
+                .hash_cursors
+                .take_checked(cursor, |e| check(e.db, &e.value))
+        };
+        taken
             .map_err(|why| {
                 CmdError::msg(match why {
                     None => format!(

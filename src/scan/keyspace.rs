@@ -86,6 +86,12 @@ enum Start {
 /// budget, after at most [`INLINE_TAKE_BUDGET`] of applying the index's
 /// backlog (else `TRYAGAIN`).
 pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
+    run_with(lock, ctx, args, false)
+}
+
+/// [`run`]; with `retry`, a cursor sent again within `cursor::RETRY_MS`
+/// gets the same page (see `Registry::take_retryable`).
+pub fn run_with(lock: &ServerLock, ctx: Ctx, args: &[&[u8]], retry: bool) -> Result<(), CmdError> {
     if args.len() < 2 {
         return Err(CmdError::WrongArity);
     }
@@ -129,7 +135,22 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> 
             clock,
         )
     } else {
-        match m.cursors.take_in(cursor, db) {
+        let taken = if retry {
+            let (taken, aged) = m.cursors.take_retryable(cursor, m.mono_ms(), |edb, _| {
+                if edb == db {
+                    Ok(())
+                } else {
+                    Err(edb)
+                }
+            });
+            if !aged.is_empty() {
+                m.reaper.dispose(aged);
+            }
+            taken
+        } else {
+            m.cursors.take_in(cursor, db)
+        };
+        match taken {
             Ok(e) => Start::At {
                 snap: e.value.snap,
                 after: Some(e.value.after),

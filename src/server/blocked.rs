@@ -23,6 +23,11 @@ thread_local! {
     static BLOCKED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// Whether the command running on this thread has blocked its client.
+pub fn blocked_now() -> bool {
+    BLOCKED.with(std::cell::Cell::get)
+}
+
 /// Clears and returns whether the command running on this thread blocked
 /// its client.
 pub fn take_blocked_flag() -> bool {
