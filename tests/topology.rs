@@ -506,20 +506,26 @@ fn a_slot_change_earlier_in_the_same_turn_is_seen() {
     assert_exact_now(node, "after");
 }
 
-/// A legacy import (`CLUSTER SETSLOT ... IMPORTING`) started, then ended
-/// (`STABLE`), earlier in the same turn, of a slot whose keys the node kept
-/// after `DELSLOTS`: on Redis 8.4+ `SCAN` shows them only while importing;
-/// elsewhere always. The snapshot shows what `SCAN` shows.
-#[test]
-fn a_legacy_import_in_the_same_turn_is_seen() {
+/// Two primaries; 50 keys in node 0's first slot.
+fn two_primaries_with_slot_keys() -> (Cluster, u16, Vec<String>) {
     let c = Cluster::start(2, 0);
-    let node = &c.nodes[0];
     let slot = c.slots_of(0)[0];
     let keys = keys_in_slot(slot, 50);
     let mut cc = c.client();
     for k in &keys {
         cc.set(k, "v");
     }
+    (c, slot, keys)
+}
+
+/// A legacy import (`CLUSTER SETSLOT ... IMPORTING`) started, then ended
+/// (`STABLE`), earlier in the same turn, of a slot whose keys the node kept
+/// after `DELSLOTS`: on Redis 8.4+ `SCAN` shows them only while importing;
+/// elsewhere always. The snapshot shows what `SCAN` shows.
+#[test]
+fn a_legacy_import_in_the_same_turn_is_seen() {
+    let (c, slot, keys) = two_primaries_with_slot_keys();
+    let node = &c.nodes[0];
     let mut con = node.client();
     let s = slot.to_string();
     let _: () = query(&mut con, &["CLUSTER", "DELSLOTS", &s]).unwrap();
@@ -559,14 +565,8 @@ fn a_legacy_import_in_the_same_turn_is_seen() {
 /// takes to come by; Redis 8.4+ trims them and the index follows.
 #[test]
 fn delslots_then_another_node_takes_the_slot_keeps_the_keys_in_the_index() {
-    let c = Cluster::start(2, 0);
+    let (c, slot, keys) = two_primaries_with_slot_keys();
     let node = &c.nodes[0];
-    let slot = c.slots_of(0)[0];
-    let keys = keys_in_slot(slot, 50);
-    let mut cc = c.client();
-    for k in &keys {
-        cc.set(k, "v");
-    }
     let mut con = node.client();
     assert_exact_now(node, "before");
     let s = slot.to_string();
