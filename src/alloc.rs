@@ -13,6 +13,8 @@ use redis_module::alloc::RedisAlloc;
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+/// Global: the `#[global_allocator]` has no instance and counts every
+/// allocation of the process, before OnLoad too.
 static HEAP: AtomicUsize = AtomicUsize::new(0);
 
 /// Alignment every block of the server's allocator has.

@@ -12,6 +12,9 @@
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
+// The values below are global: registered with the server before the
+// `Module` exists (the pool's size is read from them when it is made), and
+// read by the server's config callbacks through `&'static` pointers.
 /// `snapshot.workers`: threads serving scans.
 pub static WORKERS: AtomicI64 = AtomicI64::new(2);
 /// `snapshot.worker-nice`: scheduling niceness of worker threads (0-19; 19 = yield to everything).

@@ -45,6 +45,9 @@ pub const RUN_MAX: usize = 128;
 /// in a leaf of [`LEAF_MAX`] bytes; past it runs just grow).
 const RESTARTS: usize = 16;
 
+/// Global: nodes are made and dropped on any thread (snapshots freed by the
+/// reaper) and do not know their index; a pointer per node would cost
+/// memory per key.
 static NODE_BYTES: AtomicUsize = AtomicUsize::new(0);
 
 /// Bytes held by every tree node alive, in every version: leaf buffers and

@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// Test-only fault injection: the next this-many spawns fail.
 pub(super) static FAIL_SPAWNS: AtomicUsize = AtomicUsize::new(0);
 /// Test-only fault injection: pending one-shot panics ([`Fault`] bits).
+/// Global for now: test faults read by runtime threads handed no state of
+/// the module (see docs/DESIGN.md, "State ownership").
 static FAULTS: AtomicUsize = AtomicUsize::new(0);
 
 /// A thread that a test can make panic once ([`inject_fault`]).

@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+// Global for now: the runtime's panic reporting, used by threads handed no
+// state of the module (see docs/DESIGN.md, "State ownership").
 static RESTARTS: AtomicU64 = AtomicU64::new(0);
 static FAILURES: AtomicU64 = AtomicU64::new(0);
 static LOGGER: OnceLock<fn(&str)> = OnceLock::new();

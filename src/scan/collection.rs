@@ -24,6 +24,8 @@ const MAX_RETRIES: usize = 3;
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
 /// Whether this server has hash-field expiry (HEXPIRE), set at load.
+/// Global for now: a server fact set at OnLoad, before the serving
+/// subsystems have a struct of their own in `Module` (docs/DESIGN.md).
 pub static HASH_FIELD_TTL: AtomicBool = AtomicBool::new(true);
 
 fn type_id(kind: Kind) -> TypeId {

@@ -17,6 +17,8 @@ pub struct BlockedReply {
 // we never share it, only move it.
 unsafe impl Send for BlockedReply {}
 
+// Global (per thread): set by a handler that blocked its client, read by
+// the trampoline that called it on the same thread.
 thread_local! {
     /// Set when the running command blocked its client: from then on only
     /// the [`BlockedReply`] answers it (see `commands::dispatch`).

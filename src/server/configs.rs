@@ -62,6 +62,9 @@ fn row(privdata: *mut c_void) -> &'static Row {
 /// The server then sets every row, to the file's value or to that default;
 /// a set to the registered default is skipped, so that a row sharing its
 /// atomic with another (an alias) does not undo the other's file value.
+///
+/// Global: the server applies the config file inside `register`, before
+/// the `Module` exists.
 static LOADING: Mutex<Vec<i64>> = Mutex::new(Vec::new());
 
 fn loading_default(i: usize) -> Option<i64> {

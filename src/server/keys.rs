@@ -35,6 +35,8 @@ pub(crate) const OPEN_FLAGS: u32 = raw::REDISMODULE_READ
 
 /// Names of non-builtin key types, by (server key type, module type pointer).
 type NameCache = HashMap<(i32, usize), Arc<[u8]>>;
+/// Global for now: a server-layer cache, handed no state (see
+/// docs/DESIGN.md, "State ownership").
 static NAMED_TYPES: Mutex<Option<NameCache>> = Mutex::new(None);
 
 /// Looks `keyname` up in the database selected on `ctx`. Must run with the

@@ -17,6 +17,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 /// The server's `latency-monitor-threshold` in milliseconds (0: off).
+/// Global for now: read by the server layer's latency reports, which are
+/// handed no state (see docs/DESIGN.md, "State ownership").
 static THRESHOLD_MS: AtomicI64 = AtomicI64::new(0);
 
 /// What a main-thread slice was doing: one LATENCY event name each.

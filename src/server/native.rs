@@ -15,6 +15,8 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 /// needs a context (a filter has none) and registering a filter after load
 /// needs one of this module. Main thread only; never freed (the module is
 /// never unloaded).
+///
+/// Global: the module API needs a context where the server hands none.
 static MODULE_CTX: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(std::ptr::null_mut());
 
 /// Makes [`MODULE_CTX`] (OnLoad; `ctx` the OnLoad context).
