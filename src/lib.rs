@@ -86,12 +86,12 @@ mod onload {
             .map_or(0, |d| d.as_nanos() as u64)
             ^ u64::from(std::process::id()).rotate_left(32);
         let dbs = databases(ctx);
-        crate::scan::hscan::HASH_FIELD_TTL.store(
+        commands::testhook::at_load();
+        let m = module::init(dbs, seed);
+        m.hash_field_ttl.store(
             has_hash_field_ttl(ctx),
             std::sync::atomic::Ordering::Relaxed,
         );
-        commands::testhook::at_load();
-        let m = module::init(dbs, seed);
         // Never switch a server feature off: declare what the module copes with.
         let options = cluster::module_options(ctx.ctx) | replication::module_options();
         server::host::set_module_options(ctx.ctx, options);

@@ -114,6 +114,8 @@ pub struct Shared {
     bounding: Mutex<()>,
     /// Bytes of the maps handed to the reaper and not yet dropped.
     reaping: Arc<AtomicUsize>,
+    /// Whether this server has hash-field expiry (HEXPIRE), set at load.
+    pub hash_field_ttl: AtomicBool,
 }
 
 /// The state of serving the native commands (`native` owns it): per
@@ -326,6 +328,7 @@ impl Shared {
             pause_indexer: AtomicBool::new(false),
             bounding: Mutex::new(()),
             reaping: Arc::new(AtomicUsize::new(0)),
+            hash_field_ttl: AtomicBool::new(true),
         }
     }
 

@@ -15,8 +15,8 @@ use crate::server::native as raw_native;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Whether the filter is registered (main thread only).
-/// Global for now, like `scan::collection::HASH_FIELD_TTL` (docs/DESIGN.md,
-/// "State ownership").
+/// Global for now: the serving subsystems' structs need the command
+/// handlers handed the `Module` (docs/DESIGN.md, "State ownership").
 static REGISTERED: AtomicBool = AtomicBool::new(false);
 
 /// Registers the filter once (main thread).

@@ -13,7 +13,7 @@ use crate::server::collcopy::{self, CopyError, KeyCursor};
 use crate::server::thread_ctx::Detached;
 use crate::server::{self, blocked::BlockedReply, keys, mainloop, reply::Reply, Ctx};
 use crate::state::{HashCursor, Shared};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -22,11 +22,6 @@ const DEFAULT_COUNT: usize = 10;
 /// before falling back to one copy under a single hold of the lock.
 const MAX_RETRIES: usize = 3;
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
-
-/// Whether this server has hash-field expiry (HEXPIRE), set at load.
-/// Global for now: a server fact set at OnLoad, before the serving
-/// subsystems have a struct of their own in `Module` (docs/DESIGN.md).
-pub static HASH_FIELD_TTL: AtomicBool = AtomicBool::new(true);
 
 fn type_id(kind: Kind) -> TypeId {
     match kind {
@@ -170,7 +165,7 @@ fn open(ctx: Ctx, call: Call, name: server::OwnedString) -> Result<(), CmdError>
     // Field TTLs matter only to share a copy or to slice one; the answer
     // can cost an INFO call (Valkey 9), so it is asked only then.
     if let Some(copy) = m.watches.reusable(db, key, kind) {
-        if reuse_is_safe(ttl_guard(ctx, &name, db, kind)) {
+        if reuse_is_safe(ttl_guard(ctx, m, &name, db, kind)) {
             m.watches.count_reuse();
             call.answer(ctx, Source::Ready(copy), 0, 0);
             return Ok(());
@@ -199,7 +194,7 @@ fn open(ctx: Ctx, call: Call, name: server::OwnedString) -> Result<(), CmdError>
     // first slice: no command ran in between.)
     let mut valid_until = None;
     if matches!(first, Ok(true)) {
-        let (ttl, until) = copy_deadline(ctx, &name, db, kind);
+        let (ttl, until) = copy_deadline(ctx, m, &name, db, kind);
         valid_until = until;
         if ttl == TtlGuard::OneHold {
             builder.clear();
@@ -435,7 +430,7 @@ impl CopyTask {
             p.cursor.restart();
             p.guard.restart();
             let (ttl, until) = match server::OwnedString::new(ctx, key) {
-                Some(n) => copy_deadline(ctx, &n, db, kind),
+                Some(n) => copy_deadline(ctx, m, &n, db, kind),
                 None => (TtlGuard::OneHold, None),
             };
             p.valid_until = until;
@@ -509,11 +504,12 @@ enum TtlGuard {
 /// first field TTL or the key's own expiry, whichever comes first).
 fn copy_deadline(
     ctx: Ctx,
+    m: &Shared,
     name: &server::OwnedString,
     db: usize,
     kind: Kind,
 ) -> (TtlGuard, Option<i64>) {
-    let guard = ttl_guard(ctx, name, db, kind);
+    let guard = ttl_guard(ctx, m, name, db, kind);
     let key_expire = keys::probe(ctx, name.ptr()).and_then(|f| f.expire);
     (guard, first_deadline(guard, key_expire))
 }
@@ -530,8 +526,8 @@ fn first_deadline(guard: TtlGuard, key_expire: Option<i64>) -> Option<i64> {
     }
 }
 
-fn ttl_guard(ctx: Ctx, name: &server::OwnedString, db: usize, kind: Kind) -> TtlGuard {
-    if kind != Kind::Hash || !HASH_FIELD_TTL.load(Ordering::Relaxed) {
+fn ttl_guard(ctx: Ctx, m: &Shared, name: &server::OwnedString, db: usize, kind: Kind) -> TtlGuard {
+    if kind != Kind::Hash || !m.hash_field_ttl.load(Ordering::Relaxed) {
         return TtlGuard::Never;
     }
     match keys::hash_min_field_expire(ctx, name.ptr()) {

@@ -6,8 +6,6 @@ use crate::collections::Kind;
 use crate::server::locked::ServerLock;
 use crate::server::Ctx;
 
-pub use super::collection::HASH_FIELD_TTL;
-
 /// `SNAPSHOT.HSCAN key cursor [MATCH pattern] [COUNT count] [NOVALUES]`
 pub fn run(_lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     collection::run(ctx, args, Kind::Hash)
