@@ -454,13 +454,8 @@ impl<T> Registry<T> {
     /// [`ended_by_eviction`](Self::ended_by_eviction)). At most [`CHUNK`]
     /// per hold of the mutex.
     pub fn evict_lru(&self, n: usize) -> Vec<T> {
-        let mut all = Vec::new();
-        {
-            // Copies kept for retries hold snapshots too: they go first.
-            let mut g = self.lock();
-            g.spent_order.clear();
-            all.extend(std::mem::take(&mut g.spent).into_values().map(|s| s.value));
-        }
+        // Copies kept for retries hold snapshots too: they go first.
+        let mut all = self.drop_spent();
         let mut left = n;
         self.in_chunks(
             |inner, chunk, out| {
@@ -470,6 +465,18 @@ impl<T> Registry<T> {
                 left > 0
             },
             |values| all.extend(values),
+        );
+        all
+    }
+
+    /// Drops every copy kept for a retry (oldest first, at most [`CHUNK`]
+    /// per hold of the mutex) and returns their values: a retry of those
+    /// cursors then finds them unknown. No iteration ends.
+    pub fn drop_spent(&self) -> Vec<T> {
+        let mut all = Vec::new();
+        self.in_chunks(
+            |inner, n, out| age_spent(inner, 0, 0, n, out),
+            |v| all.extend(v),
         );
         all
     }
@@ -663,6 +670,28 @@ mod tests {
         }
         assert_eq!(aged_total, 10);
         assert_eq!(r.evict_lru(1).len(), SPENT_MAX);
+    }
+
+    #[test]
+    fn retry_copies_are_dropped_without_ending_an_iteration() {
+        let r = Registry::with_chunk(27, 2);
+        let ok = |_: usize, _: &u64| Ok::<(), ()>(());
+        let (open, _) = r.insert(100, 0, 1, 0, usize::MAX);
+        let used: Vec<u64> = (0..5u64)
+            .map(|i| {
+                let (id, _) = r.insert(i, 0, 1, 0, usize::MAX);
+                assert!(r.take_retryable(id, 0, ok).0.is_ok());
+                id
+            })
+            .collect();
+        assert_eq!(r.drop_spent(), vec![0, 1, 2, 3, 4], "oldest first");
+        assert!(used
+            .iter()
+            .all(|&id| matches!(r.take_retryable(id, 0, ok).0, Err(None))));
+        assert_eq!(r.stats().open, 1);
+        assert_eq!(r.stats().evicted_memory, 0);
+        assert!(r.take_retryable(open, 0, ok).0.is_ok());
+        assert!(r.drop_spent().len() == 1 && r.drop_spent().is_empty());
     }
 
     #[test]
