@@ -272,21 +272,61 @@ pub fn assert_exact(node: &Server, what: &str) {
 
 /// Asserts that a full SNAPSHOT.SCAN iteration started now on `node` returns
 /// exactly the keys of the node's native SCAN, with no settling delay: the
-/// native iteration first, then the snapshot's, then the native one again
-/// (a keyspace still changing by itself, e.g. a trim under way, is read
-/// again, a few times at most).
+/// snapshot is opened first (its cursor-0 call is the first command after
+/// the caller's), then the native iteration runs; if they differ, a second
+/// native iteration tells a keyspace still changing by itself (e.g. a trim
+/// under way: read again, a few times at most) from a wrong snapshot.
 pub fn assert_exact_now(node: &Server, what: &str) {
     let mut c = node.client();
     for _ in 0..5 {
-        let native = native_keys(&mut c);
         let snap = snapshot_keys(&mut c);
+        let native = native_keys(&mut c);
+        if snap == native {
+            return;
+        }
         if native_keys(&mut c) != native {
             continue;
         }
-        assert!(snap == native, "{what}: {}", difference(&snap, &native));
-        return;
+        panic!("{what}: {}", difference(&snap, &native));
     }
     panic!("{what}: the native SCAN kept changing");
+}
+
+/// The keys of one `SCAN 0 COUNT 1000000` reply (the whole keyspace of a
+/// test node in one page: its cursor must be 0) and of a full SNAPSHOT.SCAN
+/// iteration whose cursor-0 call is `snapshot_reply` (later pages fetched
+/// now: they come from the snapshot), both sorted.
+pub fn scan_pair(
+    con: &mut Connection,
+    native_reply: Value,
+    snapshot_reply: Value,
+) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let page = |v: Value| -> (String, Vec<Vec<u8>>) {
+        FromRedisValue::from_redis_value(&v).expect("a SCAN-like page")
+    };
+    let (cursor, mut native) = page(native_reply);
+    assert_eq!(
+        cursor, "0",
+        "SCAN 0 COUNT 1000000 returned the whole keyspace"
+    );
+    native.sort();
+    native.dedup();
+    let (mut cursor, mut snap) = page(snapshot_reply);
+    while cursor != "0" {
+        let (next, keys) = page(
+            query(con, &["SNAPSHOT.SCAN", &cursor, "COUNT", "1000000"]).expect("SNAPSHOT.SCAN"),
+        );
+        snap.extend(keys);
+        cursor = next;
+    }
+    snap.sort();
+    (native, snap)
+}
+
+/// Asserts that two sorted key lists (a snapshot's and the native SCAN's)
+/// are equal, showing how they differ.
+pub fn assert_same_keys(snap: &[Vec<u8>], native: &[Vec<u8>], what: &str) {
+    assert!(snap == native, "{what}: {}", difference(snap, native));
 }
 
 /// How two sorted key lists differ: their sizes and the first keys only in
