@@ -8,7 +8,7 @@
 #        [--no-baselines] [--diff-threshold X]
 #
 # The first build is the reference; ratios are each build over it and over the
-# no-op subscriber. About 4-5 minutes for two builds with the defaults on the
+# no-op subscriber. About 3-4 minutes for two builds with the defaults on the
 # 2-core VM. Needs valgrind (callgrind_control, callgrind_annotate), a C
 # compiler, redis-py in /opt/snapscan-venv. Every server is shut down
 # (SHUTDOWN NOSAVE) at the end, also on error or ^C; the run stops by itself
