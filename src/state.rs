@@ -375,8 +375,8 @@ pub fn retained_limit(m: &Shared) -> (usize, config::RetainedSource) {
 
 /// Keeps the bytes held by old versions within [`retained_limit`]
 /// (`snapshot.max-retained-bytes`, `snapshot.max-retained-percent` of the
-/// live index) by ending the least recently used SNAPSHOT.SCAN
-/// iterations. Runs on the indexer after each batch (and each 2 ms poll)
+/// live index): first by dropping the copies kept for retries, then by
+/// ending the least recently used SNAPSHOT.SCAN iterations. Runs on the indexer after each batch (and each 2 ms poll)
 /// and on the janitor, never on the main thread. The snapshots of the
 /// iterations it ends are dropped right here, so that the next measurement
 /// sees the memory returned: handing them to the reaper would make the
@@ -393,6 +393,13 @@ pub fn bound_retained(m: &Shared) {
         let retained = retained_bytes(m);
         if retained <= cap {
             return;
+        }
+        // Copies kept for retries go first: dropping them ends no
+        // iteration (a retry of their cursors then restarts from 0).
+        let spent = m.cursors.drop_spent();
+        if !spent.is_empty() {
+            drop(spent);
+            continue;
         }
         let open = m.cursors.stats().open;
         if open == 0 {

@@ -714,3 +714,46 @@ fn module_commands_have_the_native_acl_categories(#[case] module: &str, #[case] 
     let docs: Vec<redis::Value> = query(&mut c, &["COMMAND", "DOCS", module]).unwrap();
     assert_eq!(docs.len(), 2, "{module} has docs");
 }
+
+/// A call that fails after its client was blocked (a large collection
+/// whose sliced copy grows past `snapshot.collection-memory-limit` after
+/// its first slice) is answered by the native command, as a failure before
+/// blocking is: the native elements, native cursors, never a snapscan
+/// error; counted as answered natively, not as served.
+#[rstest]
+#[case::hscan("hscan", true)]
+#[case::sscan("sscan", false)]
+#[case::zscan("zscan", true)]
+fn a_copy_failing_while_the_client_waits_is_answered_natively(
+    #[case] cmd: &str,
+    #[case] pairs: bool,
+) {
+    let s = server_with("all");
+    let mut c = s.client();
+    const N: usize = 5_000;
+    for chunk in (0..N).collect::<Vec<_>>().chunks(500) {
+        let mut p = redis::pipe();
+        for &i in chunk {
+            let m = format!("m{i:05}{}", "x".repeat(40));
+            match cmd {
+                "hscan" => p.cmd("HSET").arg("big").arg(m).arg("v").ignore(),
+                "sscan" => p.cmd("SADD").arg("big").arg(m).ignore(),
+                _ => p.cmd("ZADD").arg("big").arg(i).arg(m).ignore(),
+            };
+        }
+        let _: () = p.query(&mut c).unwrap();
+    }
+    // A first slice of 100 elements fits; the whole copy does not.
+    config_set(&mut c, "snapshot.hash-copy-batch", "100");
+    config_set(&mut c, "snapshot.collection-memory-limit", "65536");
+    let snapshot_cmd = format!("SNAPSHOT.{}", cmd.to_uppercase());
+    let e = expect_err(&mut c, &[&snapshot_cmd, "big", "0"]);
+    assert!(e.contains("snapshot.collection-memory-limit"), "{e}");
+    let (nat0, served0) = (natively(&mut c, cmd), served(&mut c, cmd));
+    let (got, calls) = coll_all(&mut c, cmd, "big", &["COUNT", "1000"]);
+    assert_eq!(elements(&got, pairs).len(), N, "every element, natively");
+    assert_eq!(natively(&mut c, cmd), nat0 + calls as u64);
+    assert_eq!(served(&mut c, cmd), served0, "none counted as served");
+    assert_eq!(info_u64(&mut c, "snapshot_hash_snapshot_bytes"), 0);
+    assert_eq!(cmd_str(&mut c, &["PING"]), "PONG");
+}

@@ -48,6 +48,12 @@ pub fn count(s: &NativeServing, n: Native, o: Outcome) {
     a[n.index()].fetch_add(1, Ordering::Relaxed);
 }
 
+/// Takes back the count of a call of `n` counted as served whose client
+/// was answered by the native command after all (see `serve::fallback`).
+pub fn uncount_served(s: &NativeServing, n: Native) {
+    s.served[n.index()].fetch_sub(1, Ordering::Relaxed);
+}
+
 /// Whether the filter should look at routable commands with mode `bits`
 /// now (one relaxed load while the mode was never on).
 pub fn watching(s: &NativeServing, bits: i64) -> bool {

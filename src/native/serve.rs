@@ -8,6 +8,7 @@ use super::Outcome;
 use crate::args::CmdError;
 use crate::collections::Kind;
 use crate::scan::{collection, keyspace as scan};
+use crate::server::blocked::Fallback;
 use crate::server::locked::ServerLock;
 use crate::server::{self, keys, Ctx};
 
@@ -45,12 +46,13 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]], n: Native) -> Result<(),
         }
     }
     let refs: Vec<&[u8]> = sargs.iter().map(Vec::as_slice).collect();
+    let fb = || Some(fallback(n, native_args, cursor));
     let served = match n {
-        Native::Scan => scan::run_with(lock, ctx, &refs, true),
+        Native::Scan => scan::run_with(lock, ctx, &refs, fb()),
         Native::Keys => super::keys::run(lock, ctx, &refs),
-        Native::Hscan => collection::run_with(ctx, &refs, Kind::Hash, true),
-        Native::Sscan => collection::run_with(ctx, &refs, Kind::Set, true),
-        Native::Zscan => collection::run_with(ctx, &refs, Kind::Zset, true),
+        Native::Hscan => collection::run_with(ctx, &refs, Kind::Hash, fb()),
+        Native::Sscan => collection::run_with(ctx, &refs, Kind::Set, fb()),
+        Native::Zscan => collection::run_with(ctx, &refs, Kind::Zset, fb()),
     };
     match served {
         Ok(()) => {
@@ -69,6 +71,38 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]], n: Native) -> Result<(),
         }
         Err(_) => native(ctx, n, native_args, Outcome::Native),
     }
+}
+
+/// What answers a call that blocked its client and then failed (a
+/// collection copy over `snapshot.collection-memory-limit`, a worker that
+/// panicked): the native command, as for a failure before blocking, run on
+/// the main thread when the client is unblocked (from cursor 0 when the
+/// cursor was snapscan's). The call, counted as served, is counted again
+/// as answered natively.
+fn fallback(n: Native, native_args: &[&[u8]], cursor: u64) -> Fallback {
+    let (args, outcome) = if cursor != 0 {
+        (plan::restart(n, native_args), Outcome::Restarted)
+    } else {
+        (
+            native_args.iter().map(|a| a.to_vec()).collect(),
+            Outcome::Native,
+        )
+    };
+    Box::new(move |_lock, ctx| {
+        if let Some(m) = crate::module::try_get() {
+            super::uncount_served(&m.native, n);
+        }
+        let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        if let Err(e) = native(ctx, n, &refs, outcome) {
+            let msg = match e {
+                CmdError::Msg(m) => m,
+                CmdError::WrongArity => {
+                    format!("ERR wrong number of arguments for '{}' command", n.name())
+                }
+            };
+            server::reply::Reply::new(ctx).error(&msg);
+        }
+    })
 }
 
 /// Whether the collection at `key` has at most [`SMALL_COLLECTION`]

@@ -468,15 +468,19 @@ pub struct Writer {
 }
 
 impl Writer {
+    /// Starts the writer and returns once it has made its first write (on a
+    /// loaded machine a new thread may otherwise not run before `stop`).
     pub fn start(cluster: &Cluster, keys: Vec<String>, seed: u64) -> Writer {
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let s2 = stop.clone();
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let made = std::sync::Arc::new(AtomicUsize::new(0));
+        let (s2, made2) = (stop.clone(), made.clone());
         let mut cc = cluster.client();
         let handle = std::thread::spawn(move || {
             let mut rng = Rng(seed);
             let mut n = 0;
             let deadline = Instant::now() + Duration::from_secs(60);
-            while !s2.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline {
+            while !s2.load(Ordering::Relaxed) && Instant::now() < deadline {
                 let k = rng.pick(&keys).clone();
                 if rng.chance(1, 4) {
                     let _ = cc.run(k.as_bytes(), &[b"DEL", k.as_bytes()]);
@@ -484,8 +488,12 @@ impl Writer {
                     let _ = cc.run(k.as_bytes(), &[b"SET", k.as_bytes(), b"w"]);
                 }
                 n += 1;
+                made2.store(n, Ordering::Relaxed);
             }
             n
+        });
+        wait_until("the writer's first write", TOPOLOGY_TIMEOUT, || {
+            made.load(Ordering::Relaxed) > 0 || handle.is_finished()
         });
         Writer {
             stop,
