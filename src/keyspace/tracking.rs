@@ -80,7 +80,7 @@ pub fn settle(lock: &ServerLock, m: &Shared, ks: &super::Keyspace) {
 /// to read it anyway), returns it with its hash: the key did not exist
 /// before the command that fired the event. Otherwise reads the pending key
 /// in its database, and returns `name`'s hash, its filter block and
-/// recent-truth slot prefetched (see [`Module::prefetch_truth`]).
+/// recent-truth slot prefetched (see [`Shared::prefetch_truth`]).
 fn claim_pending(
     lock: &ServerLock,
     m: &Shared,
