@@ -142,15 +142,16 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> 
                 pages: e.pages,
                 clock: e.value.clock,
             },
-            Err(None) if m.cursors.ended_by_eviction(cursor) => {
-                return Err(CmdError::msg(format!(
-                    "ERR cursor {cursor}: snapscan: iteration ended to bound snapshot memory (snapshot.max-retained-bytes); restart the scan from cursor 0"
-                )))
-            }
             Err(None) => {
+                if let Some(why) = m.cursors.ended_by_eviction(cursor) {
+                    return Err(CmdError::msg(ended_for_memory(
+                        cursor,
+                        config::RetainedSource::from_tag(why),
+                    )));
+                }
                 return Err(CmdError::msg(format!(
                     "ERR cursor {cursor} is unknown, already used or expired; restart the scan from cursor 0"
-                )))
+                )));
             }
             Err(Some(other)) => {
                 return Err(CmdError::msg(format!(
@@ -193,6 +194,15 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> 
         }
     }
     Ok(())
+}
+
+/// The error of an iteration ended to keep old versions within their
+/// limit, naming the setting that decided it.
+fn ended_for_memory(cursor: u64, why: config::RetainedSource) -> String {
+    format!(
+        "ERR cursor {cursor}: snapscan: iteration ended to bound snapshot memory ({}); restart the scan from cursor 0",
+        why.setting()
+    )
 }
 
 /// The `LOADING` error while the index is being built after MODULE LOAD.
@@ -478,6 +488,7 @@ fn finish(
         }
         Some(after) => {
             let db = snap.db;
+            state::note_iteration(m, &snap);
             m.open_cursor(&m.cursors, ScanCursor { snap, after, clock }, db, pages + 1)
         }
     };
