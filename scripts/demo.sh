@@ -62,6 +62,19 @@ echo "== cache invalidation by pattern without blocking the server: SNAPSHOT.UNL
 run SNAPSHOT.UNLINK 'user:42:*' DRYRUN
 run SNAPSHOT.UNLINK 'user:42:*'
 run SNAPSHOT.SCAN 0 MATCH 'user:42:*'
+echo "== existing clients, unchanged: redis-cli --scan served from snapshots (snapshot.serve-native)"
+counters() { cli INFO snapshot | grep -E '^snapshot_(scans_served|native_[a-z]+_served):' | tr -d '\r' | paste -sd' '; }
+run CONFIG GET snapshot.serve-native
+native=$(cli --scan --pattern 'user:9*' | sort)
+echo "redis-cli --scan --pattern 'user:9*' natively: $(wc -l <<<"$native") keys"
+run CONFIG SET snapshot.serve-native all
+echo "before: $(counters)"
+served=$(cli --scan --pattern 'user:9*' | sort)
+echo "after:  $(counters)"
+echo "redis-cli --scan --pattern 'user:9*' served from snapshots: $(wc -l <<<"$served") keys, $( [[ $served == "$native" ]] && echo "the same keys as natively" || echo "NOT the native key set")"
+echo "> KEYS 'user:99*' (SNAPSHOT.KEYS on a worker: the caller waits, nobody else does)"
+cli KEYS 'user:99*' | wc -l
+echo "after:  $(counters)"
 echo "== INFO snapshot"
 cli INFO snapshot | grep -E 'index_keys:|index_bytes_per_key|open_snapshots|scans_served:|workers:'
 echo "== done: the server stops now"

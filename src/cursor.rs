@@ -5,8 +5,9 @@
 //! unit-testable.
 //!
 //! Rules (documented in the README):
-//! - a cursor is single-use: continuing it removes it and the next page gets
-//!   a new cursor number;
+//! - continuing a cursor removes its entry and the next page gets a new
+//!   cursor number; [`Registry::take_retryable`] keeps a copy so that the
+//!   same cursor sent again within [`RETRY_MS`] gets the same page;
 //! - an entry idle for longer than the idle timeout is dropped;
 //! - at most `max_open` entries exist; inserting past the limit evicts the
 //!   least recently used iteration that was *never continued* (a client that
@@ -16,6 +17,15 @@
 //! - [`Registry::evict_lru`] ends the least recently used iterations (to
 //!   bound the memory their snapshots hold); their cursors are remembered
 //!   (the last [`TOMBSTONES`]) so that their next call can say why.
+//!
+//! - every cursor number issued lies in `[2^62, 2^63)` ([`ISSUED_BIT`] set):
+//!   a native SCAN cursor (a bucket position, below 2^62 on any table a
+//!   server can hold) is never mistaken for one (see `native`);
+//! - [`Registry::take_retryable`] keeps a used cursor answerable for
+//!   [`RETRY_MS`] (at most [`SPENT_MAX`] of them): a client that lost a
+//!   reply and sends the cursor again gets the same page. The copies go
+//!   first in [`Registry::evict_lru`], and [`Registry::expire_idle`] drops
+//!   those past their window.
 //!
 //! Each entry may belong to a *group* (for SNAPSHOT.SCAN: the database and
 //! version of its snapshot); the registry counts entries per group as they
@@ -87,6 +97,9 @@ struct Inner<T> {
     /// The same, with the caller's reason for each (see `evict_lru`).
     tombs: HashMap<u64, u8>,
     evicted_memory: u64,
+    /// Used cursors answerable for a retry, and their order of use.
+    spent: HashMap<u64, Spent<T>>,
+    spent_order: VecDeque<u64>,
 }
 
 impl<T> Inner<T> {
@@ -165,6 +178,28 @@ pub struct Stats {
 
 const MASK63: u64 = (1 << 63) - 1;
 
+/// Set in every cursor number the registry issues (see the module docs).
+pub const ISSUED_BIT: u64 = 1 << 62;
+
+/// Whether `c` has the form of a cursor the registry issues.
+pub fn is_issued(c: u64) -> bool {
+    c & !MASK63 == 0 && c & ISSUED_BIT != 0
+}
+
+/// How long a used cursor stays answerable for a retry (milliseconds).
+pub const RETRY_MS: u64 = 10_000;
+
+/// Used cursors kept answerable at most (the oldest go first).
+pub const SPENT_MAX: usize = 4096;
+
+/// A used cursor kept for a retry.
+struct Spent<T> {
+    value: T,
+    db: usize,
+    pages: u64,
+    used_ms: u64,
+}
+
 /// A bijection on 63-bit integers: distinct counters give distinct,
 /// unpredictable-looking cursor numbers below 2^63 (safe for clients that
 /// parse cursors as signed 64-bit integers).
@@ -202,6 +237,8 @@ impl<T> Registry<T> {
                 tomb_order: VecDeque::new(),
                 tombs: HashMap::new(),
                 evicted_memory: 0,
+                spent: HashMap::new(),
+                spent_order: VecDeque::new(),
             }),
         }
     }
@@ -286,8 +323,8 @@ impl<T> Registry<T> {
         inner.evict_over(max_open.max(1) - 1, EVICT_PER_INSERT, &mut evicted);
         let id = loop {
             inner.counter = inner.counter.wrapping_add(1);
-            let id = mix63(inner.counter);
-            if id != 0 && !inner.entries.contains_key(&id) {
+            let id = mix63(inner.counter) | ISSUED_BIT;
+            if !inner.entries.contains_key(&id) && !inner.spent.contains_key(&id) {
                 break id;
             }
         };
@@ -315,33 +352,71 @@ impl<T> Registry<T> {
         (id, evicted)
     }
 
-    /// Removes and returns the iteration behind `id` (cursors are single-use).
+    /// Removes and returns the iteration behind `id`, keeping no copy.
     #[cfg(test)]
     pub fn take(&self, id: u64) -> Option<Entry<T>> {
         self.lock().unlink(id)
     }
 
-    /// Like [`Registry::take`], but only when the iteration belongs to `db`:
-    /// `Err(None)` for an unknown cursor, `Err(Some(other_db))` otherwise
-    /// (the entry then stays registered).
-    pub fn take_in(&self, id: u64, db: usize) -> Result<Entry<T>, Option<usize>> {
-        self.take_checked(id, |e| if e.db == db { Ok(()) } else { Err(e.db) })
-    }
-
-    /// Removes the iteration behind `id` if `check` accepts it: `Err(None)`
-    /// for an unknown cursor, `Err(Some(reason))` when `check` refuses (the
-    /// entry then stays registered).
-    pub fn take_checked<E>(
+    /// Removes the iteration behind `id` if `check` (given its database
+    /// and value) accepts it: `Err(None)` for an unknown cursor,
+    /// `Err(Some(reason))` when `check` refuses (the entry then stays
+    /// registered). A client may send the cursor again (a retry after a
+    /// lost reply): a copy stays answerable for [`RETRY_MS`], so the same
+    /// cursor gets the same continuation again, checked the same way. Also
+    /// returns the copies that aged out, to be dropped off the main thread.
+    pub fn take_retryable<E>(
         &self,
         id: u64,
-        check: impl FnOnce(&Entry<T>) -> Result<(), E>,
-    ) -> Result<Entry<T>, Option<E>> {
+        now_ms: u64,
+        check: impl FnOnce(usize, &T) -> Result<(), E>,
+    ) -> (Result<Entry<T>, Option<E>>, Vec<T>)
+    where
+        T: Clone,
+    {
         let mut g = self.lock();
-        match g.entries.get(&id) {
-            None => return Err(None),
-            Some(e) => check(e).map_err(Some)?,
+        let inner = &mut *g;
+        let mut aged = Vec::new();
+        age_spent(inner, now_ms, SPENT_MAX, usize::MAX, &mut aged);
+        if let Some(s) = inner.spent.get(&id) {
+            if let Err(e) = check(s.db, &s.value) {
+                return (Err(Some(e)), aged);
+            }
+            inner.tick += 1;
+            let e = Entry {
+                value: s.value.clone(),
+                db: s.db,
+                pages: s.pages,
+                tick: inner.tick,
+                last_used_ms: now_ms,
+                group: None,
+            };
+            return (Ok(e), aged);
         }
-        g.unlink(id).ok_or(None)
+        match inner.entries.get(&id) {
+            None => return (Err(None), aged),
+            Some(e) => {
+                if let Err(why) = check(e.db, &e.value) {
+                    return (Err(Some(why)), aged);
+                }
+            }
+        }
+        let Some(e) = inner.unlink(id) else {
+            return (Err(None), aged);
+        };
+        // Room for this copy.
+        age_spent(inner, now_ms, SPENT_MAX - 1, usize::MAX, &mut aged);
+        inner.spent.insert(
+            id,
+            Spent {
+                value: e.value.clone(),
+                db: e.db,
+                pages: e.pages,
+                used_ms: now_ms,
+            },
+        );
+        inner.spent_order.push_back(id);
+        (Ok(e), aged)
     }
 
     /// Evicts the entries over `max_open` (after the limit was lowered),
@@ -362,7 +437,13 @@ impl<T> Registry<T> {
     /// Removes iterations idle for more than `idle_ms`, in chunks of at
     /// most [`CHUNK`] per hold of the mutex; hands each chunk's values to
     /// `dispose`, outside the mutex; returns how many expired.
-    pub fn expire_idle(&self, now_ms: u64, idle_ms: u64, dispose: impl FnMut(Vec<T>)) -> usize {
+    /// Copies kept for retries whose [`RETRY_MS`] passed go too (not
+    /// counted in the result).
+    pub fn expire_idle(&self, now_ms: u64, idle_ms: u64, mut dispose: impl FnMut(Vec<T>)) -> usize {
+        self.in_chunks(
+            |inner, n, out| age_spent(inner, now_ms, SPENT_MAX, n, out),
+            &mut dispose,
+        );
         self.in_chunks(
             |inner, n, out| expire_chunk(inner, now_ms, idle_ms, n, out),
             dispose,
@@ -374,7 +455,8 @@ impl<T> Registry<T> {
     /// [`ended_by_eviction`](Self::ended_by_eviction)), with `why`. At
     /// most [`CHUNK`] per hold of the mutex.
     pub fn evict_lru(&self, n: usize, why: u8) -> Vec<T> {
-        let mut all = Vec::new();
+        // Copies kept for retries hold snapshots too: they go first.
+        let mut all = self.drop_spent();
         let mut left = n;
         self.in_chunks(
             |inner, chunk, out| {
@@ -384,6 +466,18 @@ impl<T> Registry<T> {
                 left > 0
             },
             |values| all.extend(values),
+        );
+        all
+    }
+
+    /// Drops every copy kept for a retry (oldest first, at most [`CHUNK`]
+    /// per hold of the mutex) and returns their values: a retry of those
+    /// cursors then finds them unknown. No iteration ends.
+    pub fn drop_spent(&self) -> Vec<T> {
+        let mut all = Vec::new();
+        self.in_chunks(
+            |inner, n, out| age_spent(inner, 0, 0, n, out),
+            |v| all.extend(v),
         );
         all
     }
@@ -416,6 +510,31 @@ impl<T> Registry<T> {
             evicted_memory: g.evicted_memory,
         }
     }
+}
+
+/// Drops at most `n` copies kept for retries, oldest first, while the
+/// oldest was used more than [`RETRY_MS`] before `now_ms` or more than
+/// `max` are kept; whether some may be left.
+fn age_spent<T>(inner: &mut Inner<T>, now_ms: u64, max: usize, n: usize, out: &mut Vec<T>) -> bool {
+    let start = out.len();
+    while let Some(&old) = inner.spent_order.front() {
+        if out.len() - start >= n {
+            return true;
+        }
+        let keep = inner
+            .spent
+            .get(&old)
+            .is_some_and(|s| now_ms.saturating_sub(s.used_ms) <= RETRY_MS)
+            && inner.spent.len() <= max;
+        if keep {
+            break;
+        }
+        inner.spent_order.pop_front();
+        if let Some(s) = inner.spent.remove(&old) {
+            out.push(s.value);
+        }
+    }
+    false
 }
 
 /// One chunk of [`Registry::expire_idle`]: ends at most `n` entries idle
@@ -494,6 +613,90 @@ mod tests {
     }
 
     #[test]
+    fn issued_cursors_carry_the_issued_bit_and_stay_below_2_63() {
+        let r = Registry::new(3);
+        for i in 0..1000 {
+            let (id, _) = r.insert(i, 0, 1, 0, 10_000);
+            assert!(is_issued(id), "{id}");
+        }
+    }
+
+    #[rstest]
+    #[case::zero(0, false)]
+    #[case::small_native(12345, false)]
+    #[case::below_tag((1 << 62) - 1, false)]
+    #[case::tag(1 << 62, true)]
+    #[case::top((1 << 63) - 1, true)]
+    #[case::above_2_63(1 << 63, false)]
+    #[case::u64_max(u64::MAX, false)]
+    fn issued_form(#[case] c: u64, #[case] want: bool) {
+        assert_eq!(is_issued(c), want);
+    }
+
+    #[test]
+    fn a_retryable_cursor_answers_again_within_the_window() {
+        let r = Registry::new(9);
+        let (id, _) = r.insert("a", 2, 1, 0, 10);
+        let ok = |_: usize, _: &&str| Ok::<(), ()>(());
+        let (e, aged) = r.take_retryable(id, 5, ok);
+        assert_eq!(e.map(|e| (e.value, e.db, e.pages)), Ok(("a", 2, 1)));
+        assert!(aged.is_empty());
+        assert_eq!(r.stats().open, 0);
+        // Sent again: the same continuation.
+        let (e, _) = r.take_retryable(id, 5 + RETRY_MS, ok);
+        assert_eq!(e.map(|e| e.value), Ok("a"));
+        // Checked like the first time.
+        let (e, _) = r.take_retryable(id, 6, |db, _| if db == 2 { Err(db) } else { Ok(()) });
+        assert_eq!(e.map(|e| e.value), Err(Some(2)));
+        // Aged out: unknown, and the copy handed back for disposal.
+        let (e, aged) = r.take_retryable(id, 6 + RETRY_MS, ok);
+        assert_eq!(e.map(|e| e.value), Err(None));
+        assert_eq!(aged, vec!["a"]);
+        // Single-use takes are unaffected.
+        let (id2, _) = r.insert("b", 0, 1, 0, 10);
+        assert!(r.take(id2).is_some());
+        let (e, _) = r.take_retryable(id2, 0, ok);
+        assert_eq!(e.map(|e| e.value), Err(None));
+    }
+
+    #[test]
+    fn retry_copies_are_bounded_and_dropped_by_memory_eviction() {
+        let r = Registry::new(5);
+        let ok = |_: usize, _: &usize| Ok::<(), ()>(());
+        let mut aged_total = 0;
+        for i in 0..SPENT_MAX + 10 {
+            let (id, _) = r.insert(i, 0, 1, 0, usize::MAX);
+            let (e, aged) = r.take_retryable(id, 0, ok);
+            assert!(e.is_ok());
+            aged_total += aged.len();
+        }
+        assert_eq!(aged_total, 10);
+        assert_eq!(r.evict_lru(1, 7).len(), SPENT_MAX);
+    }
+
+    #[test]
+    fn retry_copies_are_dropped_without_ending_an_iteration() {
+        let r = Registry::with_chunk(27, 2);
+        let ok = |_: usize, _: &u64| Ok::<(), ()>(());
+        let (open, _) = r.insert(100, 0, 1, 0, usize::MAX);
+        let used: Vec<u64> = (0..5u64)
+            .map(|i| {
+                let (id, _) = r.insert(i, 0, 1, 0, usize::MAX);
+                assert!(r.take_retryable(id, 0, ok).0.is_ok());
+                id
+            })
+            .collect();
+        assert_eq!(r.drop_spent(), vec![0, 1, 2, 3, 4], "oldest first");
+        assert!(used
+            .iter()
+            .all(|&id| matches!(r.take_retryable(id, 0, ok).0, Err(None))));
+        assert_eq!(r.stats().open, 1);
+        assert_eq!(r.stats().evicted_memory, 0);
+        assert!(r.take_retryable(open, 0, ok).0.is_ok());
+        assert!(r.drop_spent().len() == 1 && r.drop_spent().is_empty());
+    }
+
+    #[test]
     fn cursors_are_single_use() {
         let r = Registry::new(7);
         let (id, ev) = r.insert("a", 0, 1, 0, 10);
@@ -537,12 +740,75 @@ mod tests {
     }
 
     #[test]
-    fn take_in_checks_the_database() {
+    fn a_cursor_is_taken_only_when_its_check_accepts_it() {
         let r = Registry::new(9);
         let (id, _) = r.insert('x', 2, 1, 0, 10);
-        assert!(matches!(r.take_in(id, 0), Err(Some(2))));
-        assert!(matches!(r.take_in(id + 1, 2), Err(None)));
-        assert_eq!(r.take_in(id, 2).map(|e| e.value).ok(), Some('x'));
+        let in_db =
+            |want: usize| move |db: usize, _: &char| if db == want { Ok(()) } else { Err(db) };
+        assert!(matches!(r.take_retryable(id, 0, in_db(0)).0, Err(Some(2))));
+        assert!(matches!(r.take_retryable(id + 1, 0, in_db(2)).0, Err(None)));
+        assert_eq!(r.stats().open, 1, "a refused take leaves the entry");
+        assert_eq!(
+            r.take_retryable(id, 0, in_db(2)).0.map(|e| e.value).ok(),
+            Some('x')
+        );
+    }
+
+    /// README (Cursor lifetime): a used cursor answers again "within 10
+    /// seconds of its first use and among the last 4,096 cursors used".
+    #[test]
+    fn the_retry_window_is_ten_seconds_and_the_last_4096_cursors() {
+        assert_eq!((RETRY_MS, SPENT_MAX), (10_000, 4096));
+        let r = Registry::new(21);
+        let ok = |_: usize, _: &usize| Ok::<(), ()>(());
+        let ids: Vec<u64> = (0..=SPENT_MAX)
+            .map(|i| {
+                let (id, _) = r.insert(i, 0, 1, 0, usize::MAX);
+                assert!(r.take_retryable(id, 0, ok).0.is_ok());
+                id
+            })
+            .collect();
+        // The oldest of 4,097 is gone; each of the last 4,096 answers, and
+        // answering a retry makes none of them go.
+        assert!(matches!(r.take_retryable(ids[0], 1, ok).0, Err(None)));
+        for (i, &id) in ids.iter().enumerate().skip(1).rev() {
+            assert_eq!(r.take_retryable(id, 1, ok).0.map(|e| e.value), Ok(i));
+        }
+        assert_eq!(
+            r.take_retryable(ids[1], RETRY_MS, ok).0.map(|e| e.value),
+            Ok(1)
+        );
+        // Past 10 s, none.
+        let (e, aged) = r.take_retryable(ids[1], RETRY_MS + 1, ok);
+        assert!(matches!(e, Err(None)));
+        assert_eq!(aged.len(), SPENT_MAX);
+    }
+
+    #[test]
+    fn idle_expiry_drops_the_retry_copies_past_their_window() {
+        let r = Registry::with_chunk(25, 3);
+        let ok = |_: usize, _: &u64| Ok::<(), ()>(());
+        let ids: Vec<u64> = (0..10u64)
+            .map(|i| {
+                let (id, _) = r.insert(i, 0, 1, i, usize::MAX);
+                assert!(r.take_retryable(id, i, ok).0.is_ok());
+                id
+            })
+            .collect();
+        let mut gone = Vec::new();
+        // Copies used at 0..=4 are past 10 s at RETRY_MS + 5; not the others.
+        assert_eq!(r.expire_idle(RETRY_MS + 5, u64::MAX, |v| gone.push(v)), 0);
+        assert_eq!(
+            gone,
+            vec![vec![0, 1, 2], vec![3, 4]],
+            "in chunks, oldest first"
+        );
+        assert!(matches!(
+            r.take_retryable(ids[4], RETRY_MS + 5, ok).0,
+            Err(None)
+        ));
+        assert!(r.take_retryable(ids[5], RETRY_MS + 5, ok).0.is_ok());
+        assert_eq!(r.expire_idle(RETRY_MS + 5, u64::MAX, |_| {}), 0);
     }
 
     #[test]

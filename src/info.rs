@@ -85,7 +85,13 @@ fn fill(lock: &ServerLock, ctx: InfoCtx) {
     field(ctx, "filter_bytes", m.live().filter_bytes() as u64);
     field(ctx, "index_changes", m.live().changes());
     field(ctx, "index_backlog", backlog);
-    field(ctx, "scans_served", st.scans.load(Ordering::Relaxed));
+    // Every call served from a snapshot: SNAPSHOT.SCAN and SNAPSHOT.KEYS,
+    // SNAPSHOT.HSCAN/SSCAN/ZSCAN, and the native commands served by them.
+    field(
+        ctx,
+        "scans_served",
+        st.scans.load(Ordering::Relaxed) + st.hash_scans.load(Ordering::Relaxed),
+    );
     field(
         ctx,
         "scans_served_inline",
@@ -122,6 +128,9 @@ fn fill(lock: &ServerLock, ctx: InfoCtx) {
     field(ctx, "workers", m.pool.threads() as u64);
     field(ctx, "worker_queue_depth", m.pool.queued() as u64);
     field(ctx, "workers_busy", m.pool.busy() as u64);
+    for (name, v) in crate::native::figures(&m.native) {
+        field(ctx, &name, v);
+    }
     // Collection snapshot figures, then SNAPSHOT.UNLINK's.
     let collections = crate::scan::collection::info_figures(m);
     for (name, v) in collections

@@ -18,6 +18,8 @@ mod info;
 pub mod keyspace;
 #[cfg(test)]
 mod layering;
+#[cfg_attr(test, allow(dead_code))]
+pub mod native;
 pub mod runtime;
 pub mod scan;
 pub mod server;
@@ -60,13 +62,19 @@ mod module {
         }
     }
 
+    /// After a config changed at runtime: the subsystems that act on it.
+    fn on_config_changed(spec: &'static crate::config::Spec, v: i64) {
+        state::on_config_changed(spec, v);
+        crate::native::on_config_changed(spec, v);
+    }
+
     fn init(ctx: &Context, args: &[RedisString]) -> Status {
         // Arguments first: a refused load must leave nothing behind (no
         // thread, no timer, no subscription).
         let args: Vec<&[u8]> = args.iter().map(RedisString::as_slice).collect();
         if let Err(e) = config::parse_args(&args).and_then(|given| {
             let table = (config::CONFIGS, config::PREFIX);
-            server::configs::register(ctx.ctx, table, &given, state::on_config_changed)
+            server::configs::register(ctx.ctx, table, &given, on_config_changed)
         }) {
             ctx.log_warning(&format!("snapscan: refusing to load: {e}"));
             return Status::Err;
@@ -88,6 +96,8 @@ mod module {
         server::host::set_module_options(ctx.ctx, options);
         cluster::init(ctx.ctx);
         crate::keyspace::clientdb::init(ctx.ctx, server::host::valkey_major(ctx.ctx));
+        server::native::init(ctx.ctx);
+        crate::native::init();
         if let Err(e) = events::subscribe(ctx.ctx).and_then(|_| commands::register(ctx.ctx)) {
             ctx.log_warning(&format!("snapscan: {e}"));
             return Status::Err;

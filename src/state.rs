@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 /// A SNAPSHOT.SCAN iteration in progress: its snapshot and where to resume.
+#[derive(Clone)]
 pub struct ScanCursor {
     pub snap: Arc<Snapshot>,
     pub after: Key,
@@ -54,6 +55,7 @@ impl Grouped for HashCursor {
 
 /// A SNAPSHOT.HSCAN/SSCAN/ZSCAN iteration in progress: the collection
 /// copy and a position.
+#[derive(Clone)]
 pub struct HashCursor {
     pub copy: Arc<CollCopy>,
     pub key: Box<[u8]>,
@@ -94,6 +96,8 @@ pub struct Module {
     pub pool: Pool,
     pub reaper: Reaper,
     pub stats: Stats,
+    /// Calls of the native commands routed by `snapshot.serve-native`.
+    pub native: NativeServing,
     started: Instant,
     indexer_alive: AtomicBool,
     janitor_alive: AtomicBool,
@@ -107,6 +111,22 @@ pub struct Module {
     /// began: the base of `snapshot.max-retained-percent` (see
     /// [`index_peak`]).
     index_peak: AtomicUsize,
+}
+
+/// The state of serving the native commands (`native` owns it): per
+/// native command (`native::mode::Native::index`), calls served from a
+/// snapshot, calls run by the native command, iterations restarted
+/// natively; and whether `snapshot.serve-native` was ever on (from then on
+/// the filter routes continuations of the iterations it served whatever
+/// the mode).
+///
+/// Locking: atomics only, relaxed (figures and a one-way flag).
+#[derive(Default)]
+pub struct NativeServing {
+    pub ever_on: AtomicBool,
+    pub served: [AtomicU64; 5],
+    pub native: [AtomicU64; 5],
+    pub restarted: [AtomicU64; 5],
 }
 
 static MODULE: OnceLock<Module> = OnceLock::new();
@@ -291,6 +311,7 @@ pub fn init(databases: usize, seed: u64) -> &'static Module {
         ),
         reaper: Reaper::new(),
         stats: Stats::default(),
+        native: NativeServing::default(),
         started: Instant::now(),
         indexer_alive: AtomicBool::new(false),
         janitor_alive: AtomicBool::new(false),
@@ -371,8 +392,8 @@ pub fn retained_limit(m: &Module) -> (usize, config::RetainedSource) {
 
 /// Keeps the bytes held by old versions within [`retained_limit`]
 /// (`snapshot.max-retained-bytes`, `snapshot.max-retained-percent` of the
-/// index's peak) by ending the least recently used SNAPSHOT.SCAN
-/// iterations. Runs on the indexer after each batch (and each 2 ms poll)
+/// index's peak): first by dropping the copies kept for retries, then by
+/// ending the least recently used SNAPSHOT.SCAN iterations. Runs on the indexer after each batch (and each 2 ms poll)
 /// and on the janitor, never on the main thread. The snapshots of the
 /// iterations it ends are dropped right here, so that the next measurement
 /// sees the memory returned: handing them to the reaper would make the
@@ -389,6 +410,13 @@ pub fn bound_retained(m: &Module) {
         let retained = retained_bytes(m);
         if retained <= cap {
             return;
+        }
+        // Copies kept for retries go first: dropping them ends no
+        // iteration (a retry of their cursors then restarts from 0).
+        let spent = m.cursors.drop_spent();
+        if !spent.is_empty() {
+            drop(spent);
+            continue;
         }
         let open = m.cursors.stats().open;
         if open == 0 {

@@ -583,13 +583,18 @@ fn large_collections_on_a_readonly_replica() {
 
     // Fields w0, w1, ... added one by one on the primary while the replica
     // copies: every copy holds w0..w<k> for some k, and all of f0..f2999.
+    // At most 90,000 of them, so that a whole copy always fits one page of
+    // COUNT 100000 (and snapshot.scan-budget's 100,000 entries).
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let stop2 = stop.clone();
     let mut w = c.nodes[0].client();
     let writer = std::thread::spawn(move || {
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut n = 0usize;
-        while !stop2.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline {
+        while !stop2.load(std::sync::atomic::Ordering::Relaxed)
+            && Instant::now() < deadline
+            && n < 90_000
+        {
             let f = format!("w{n}");
             let _: i64 = query(&mut w, &["HSET", "h", &f, "x"]).unwrap();
             n += 1;

@@ -420,6 +420,34 @@ fn exporter_exports_the_scripts_figures_and_follows_the_server() {
         want(got, "snapshot_hash_snapshot_bytes", |v| v > 0.0)
     });
 
+    // The native commands served from snapshots: counted per command and
+    // outcome (README, Serving the native commands).
+    let _: () = query(&mut con, &["CONFIG", "SET", "snapshot.serve-native", "all"])
+        .expect("CONFIG SET serve-native");
+    let _: i64 = query(&mut con, &["SADD", "small", "a", "b"]).expect("SADD");
+    let (c, _): (String, Vec<Vec<u8>>) = query(&mut con, &["SCAN", "0"]).expect("SCAN");
+    assert_ne!(c, "0");
+    let (c, _): (String, Vec<Vec<u8>>) = query(&mut con, &["HSCAN", "h", "0"]).expect("HSCAN");
+    assert_ne!(c, "0");
+    let (c, _): (String, Vec<Vec<u8>>) = query(&mut con, &["SSCAN", "small", "0"]).expect("SSCAN");
+    assert_eq!(c, "0");
+    // A cursor of the form snapscan issues, of an iteration it never had.
+    let lost = ((1u64 << 62) + 12_345).to_string();
+    let _: (String, Vec<Vec<u8>>) = query(&mut con, &["SCAN", &lost]).expect("SCAN lost");
+    let _: () = query(
+        &mut con,
+        &["CONFIG", "SET", "snapshot.serve-native", "none"],
+    )
+    .expect("CONFIG SET serve-native");
+    let _: i64 = query(&mut con, &["DEL", "small"]).expect("DEL");
+    scrape_until(&exporter, &mut con, "the native commands", |got| {
+        want(got, "snapshot_native_scan_served", |v| v == 1.0)?;
+        want(got, "snapshot_native_scan_restarted", |v| v == 1.0)?;
+        want(got, "snapshot_native_hscan_served", |v| v == 1.0)?;
+        want(got, "snapshot_native_sscan_native", |v| v == 1.0)?;
+        want(got, "snapshot_native_keys_served", |v| v == 0.0)
+    });
+
     // Deletions by pattern: k:1, k:10..k:19, k:100..k:199, k:1000..k:1999.
     let unlinked: u64 = query(&mut con, &["SNAPSHOT.UNLINK", "k:1*"]).expect("SNAPSHOT.UNLINK");
     assert_eq!(unlinked, 1111);

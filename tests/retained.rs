@@ -9,6 +9,7 @@ use redis::{Connection, Value};
 use std::time::Duration;
 
 const FLOOR: u64 = 4 << 20;
+const POLL: Duration = Duration::from_secs(10);
 
 fn limit(con: &mut Connection) -> (u64, String) {
     let info = cmd_str(con, &["INFO", "snapshot"]);
@@ -183,4 +184,70 @@ fn an_iteration_outlives_flushdb() {
     }
     assert_eq!(seen, N);
     assert_eq!(info_u64(&mut con, "snapshot_cursors_evicted_memory"), 0);
+}
+
+/// README, Cursor lifetime: the copy kept for a retry of a used cursor
+/// holds its snapshot and counts in `snapshot_retained_bytes`; at the
+/// limit it is dropped first, ending no iteration.
+#[test]
+fn a_retry_copy_is_dropped_first_at_the_limit() {
+    let server = Server::start();
+    let mut con = server.client();
+    config_set(&mut con, "snapshot.max-retained-percent", "0");
+    let _: Value = query(&mut con, &["DEBUG", "POPULATE", "300000"]).unwrap();
+    indexed(&mut con, 300_000);
+    // An iteration run to its end: only its last cursor, kept for a retry,
+    // holds its snapshot.
+    let (mut cursor, mut last) = ("0".to_string(), None);
+    let used = loop {
+        let (next, keys): (String, Vec<Vec<u8>>) =
+            query(&mut con, &["SNAPSHOT.SCAN", &cursor, "COUNT", "100000"]).unwrap();
+        if cursor != "0" {
+            last = Some((cursor.clone(), keys));
+        }
+        if next == "0" {
+            break std::time::Instant::now();
+        }
+        cursor = next;
+    };
+    let (last, last_keys) = last.expect("more than one page");
+    let again: (String, Vec<Vec<u8>>) =
+        query(&mut con, &["SNAPSHOT.SCAN", &last, "COUNT", "100000"]).unwrap();
+    assert_eq!(again, ("0".to_string(), last_keys), "the last page again");
+    assert_eq!(info_u64(&mut con, "snapshot_open_snapshots"), 0);
+    // FLUSHALL: the live index is empty, the retry copy holds all of it.
+    let _: () = query(&mut con, &["FLUSHALL"]).unwrap();
+    indexed(&mut con, 0);
+    wait_until("the retry copy to show as retained", POLL, || {
+        info_u64(&mut con, "snapshot_retained_bytes") > 1 << 20
+    });
+    // An iteration opened now pins only the live version.
+    for i in 0..10 {
+        let _: () = query(&mut con, &["SET", &format!("n{i}"), "v"]).unwrap();
+    }
+    let (open, _): (String, Vec<Vec<u8>>) =
+        query(&mut con, &["SNAPSHOT.SCAN", "0", "COUNT", "3"]).unwrap();
+    assert_ne!(open, "0");
+    let evicted0 = info_u64(&mut con, "snapshot_cursors_evicted_memory");
+    config_set(&mut con, "snapshot.max-retained-bytes", "1048576");
+    wait_until("the retry copy to be dropped", POLL, || {
+        info_u64(&mut con, "snapshot_retained_bytes") <= 1 << 20
+    });
+    assert!(
+        used.elapsed() < RETRY_WINDOW,
+        "dropped by the limit, not by age ({:?})",
+        used.elapsed()
+    );
+    assert_eq!(
+        info_u64(&mut con, "snapshot_cursors_evicted_memory"),
+        evicted0,
+        "no iteration ended"
+    );
+    assert_eq!(
+        expect_err(&mut con, &["SNAPSHOT.SCAN", &last, "COUNT", "100000"]),
+        unknown_cursor(&last)
+    );
+    let (_, keys): (String, Vec<Vec<u8>>) =
+        query(&mut con, &["SNAPSHOT.SCAN", &open, "COUNT", "3"]).unwrap();
+    assert_eq!(keys.len(), 3, "the open iteration goes on");
 }

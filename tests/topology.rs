@@ -9,6 +9,13 @@
 //!   slots imported again: nothing deleted comes back.
 //! - `CLUSTER DELSLOTSRANGE` / `ADDSLOTSRANGE` (every server), checked right
 //!   after each, with SNAPSHOT.UNLINK right after ADDSLOTSRANGE.
+//! - A slot change earlier in the same turn of the event loop (pipelined,
+//!   in `MULTI`): Redis writes `nodes.conf` only before it sleeps, so the
+//!   module reads the server's memory (Redis 8.4+) where `SCAN` depends on
+//!   ownership, and elsewhere shows every key the node holds, as `SCAN` does
+//!   (every server).
+//! - `DELSLOTS` then another node taking the slot, between two reads of the
+//!   module: the node keeps the keys, so must the index (every server).
 //! - A failover (`CLUSTER FAILOVER TAKEOVER`, on redis-8.6 and valkey-9.1
 //!   only, like the other heavy topology cases), checked on the new primary
 //!   right after its promotion.
@@ -376,8 +383,15 @@ fn delslots_and_addslots_are_seen_right_after() {
     assert_exact_now(node, "after SNAPSHOT.UNLINK");
 }
 
-/// A replica takes its primary's slots (`CLUSTER FAILOVER TAKEOVER`): exact
-/// on it right after it says it is a primary, and everywhere afterwards.
+/// A replica takes its primary's slots (`CLUSTER FAILOVER TAKEOVER`). What
+/// a snapshot shows does not change on a failover on these servers (a
+/// replica already shows its primary's slots); what does change is that
+/// the node may now write. This guards that, right after the node says it
+/// is a primary: its index equals its native SCAN (nothing was purged or
+/// hidden by the role change) and SNAPSHOT.UNLINK deletes every matching
+/// key at once (neither refused as on a replica nor skipping keys of slots
+/// the module would not yet know the node owns); and exact everywhere
+/// afterwards.
 #[test]
 fn failover_is_seen_right_after_on_the_new_primary() {
     if !heavy("failover_is_seen_right_after_on_the_new_primary") {
@@ -412,4 +426,161 @@ fn failover_is_seen_right_after_on_the_new_primary() {
     assert_eq!(n, mine as i64, "SNAPSHOT.UNLINK right after the promotion");
     c.wait_stable();
     c.assert_exact_everywhere("after the failover");
+}
+
+/// 20,000 keys `k:<i>` written to `node` (which owns every slot).
+fn write_20k(node: &Server) {
+    let mut con = node.client();
+    let mut p = redis::pipe();
+    for i in 0..20_000 {
+        p.cmd("SET").arg(format!("k:{i}")).arg("v").ignore();
+    }
+    p.query::<()>(&mut con).expect("SETs");
+}
+
+/// `SCAN 0 COUNT 1000000` and `SNAPSHOT.SCAN 0 COUNT 1000000` appended to
+/// a pipeline.
+fn scan_both(p: &mut redis::Pipeline) -> &mut redis::Pipeline {
+    p.cmd("SCAN")
+        .arg(0)
+        .arg("COUNT")
+        .arg(1_000_000)
+        .cmd("SNAPSHOT.SCAN")
+        .arg(0)
+        .arg("COUNT")
+        .arg(1_000_000)
+}
+
+/// Whether `SCAN` hides the keys of slots the node does not own (Redis
+/// 8.4+).
+fn scan_hides_unowned(node: &Server) -> bool {
+    let (major, minor, _) = node.version();
+    !node.is_valkey() && (major, minor) >= (8, 4)
+}
+
+/// A slot change earlier in the same turn of the event loop, before the
+/// server rewrote `nodes.conf`: pipelined `CLUSTER DELSLOTSRANGE` then
+/// `SCAN` and `SNAPSHOT.SCAN`; `MULTI` with `CLUSTER ADDSLOTSRANGE`, `SCAN`
+/// and `SNAPSHOT.SCAN`. The snapshot shows what `SCAN` shows, on every
+/// server (half the keys on Redis 8.4+, all of them elsewhere).
+#[test]
+fn a_slot_change_earlier_in_the_same_turn_is_seen() {
+    let c = Cluster::start(1, 0);
+    let node = &c.nodes[0];
+    write_20k(node);
+    assert_exact_now(node, "before");
+    let hides = scan_hides_unowned(node);
+    let mut con = node.client();
+
+    let mut p = redis::pipe();
+    p.cmd("CLUSTER")
+        .arg("DELSLOTSRANGE")
+        .arg(0)
+        .arg(8191)
+        .ignore();
+    let (n, s): (Value, Value) = scan_both(&mut p).query(&mut con).expect("pipeline");
+    let (native, snap) = scan_pair(&mut con, n, s);
+    assert_eq!(
+        native.len() < 20_000,
+        hides,
+        "SCAN hides unowned slots' keys on Redis 8.4+ only ({} keys)",
+        native.len()
+    );
+    assert_same_keys(
+        &snap,
+        &native,
+        "pipelined DELSLOTSRANGE, SCAN, SNAPSHOT.SCAN",
+    );
+
+    let mut p = redis::pipe();
+    p.atomic()
+        .cmd("CLUSTER")
+        .arg("ADDSLOTSRANGE")
+        .arg(0)
+        .arg(8191)
+        .ignore();
+    let (n, s): (Value, Value) = scan_both(&mut p).query(&mut con).expect("MULTI");
+    let (native, snap) = scan_pair(&mut con, n, s);
+    assert_eq!(native.len(), 20_000, "every key is the node's again");
+    assert_same_keys(&snap, &native, "MULTI: ADDSLOTSRANGE, SCAN, SNAPSHOT.SCAN");
+    assert_exact_now(node, "after");
+}
+
+/// Two primaries; 50 keys in node 0's first slot.
+fn two_primaries_with_slot_keys() -> (Cluster, u16, Vec<String>) {
+    let c = Cluster::start(2, 0);
+    let slot = c.slots_of(0)[0];
+    let keys = keys_in_slot(slot, 50);
+    let mut cc = c.client();
+    for k in &keys {
+        cc.set(k, "v");
+    }
+    (c, slot, keys)
+}
+
+/// A legacy import (`CLUSTER SETSLOT ... IMPORTING`) started, then ended
+/// (`STABLE`), earlier in the same turn, of a slot whose keys the node kept
+/// after `DELSLOTS`: on Redis 8.4+ `SCAN` shows them only while importing;
+/// elsewhere always. The snapshot shows what `SCAN` shows.
+#[test]
+fn a_legacy_import_in_the_same_turn_is_seen() {
+    let (c, slot, keys) = two_primaries_with_slot_keys();
+    let node = &c.nodes[0];
+    let mut con = node.client();
+    let s = slot.to_string();
+    let _: () = query(&mut con, &["CLUSTER", "DELSLOTS", &s]).unwrap();
+    assert_exact_now(node, "after DELSLOTS");
+    let holds = |native: &[Vec<u8>]| {
+        keys.iter()
+            .filter(|k| native.binary_search(&k.as_bytes().to_vec()).is_ok())
+            .count()
+    };
+    for (state, shown) in [("IMPORTING", keys.len()), ("STABLE", 0)] {
+        let mut p = redis::pipe();
+        p.cmd("CLUSTER").arg("SETSLOT").arg(&s).arg(state);
+        if state == "IMPORTING" {
+            p.arg(c.id(1));
+        }
+        p.ignore();
+        let (n, sn): (Value, Value) = scan_both(&mut p).query(&mut con).expect("pipeline");
+        let (native, snap) = scan_pair(&mut con, n, sn);
+        let want = if scan_hides_unowned(node) {
+            shown
+        } else {
+            keys.len()
+        };
+        assert_eq!(holds(&native), want, "SCAN after SETSLOT {state}");
+        assert_same_keys(
+            &snap,
+            &native,
+            &format!("pipelined SETSLOT {state}, SCAN, SNAPSHOT.SCAN"),
+        );
+    }
+}
+
+/// `CLUSTER DELSLOTS` then `SETSLOT ... NODE <other>` between two reads of
+/// the module: before Redis 8.4 the node keeps the slot's keys (the server
+/// deletes a lost slot's keys only while it owns the slot), so the index
+/// keeps them too, right after and for longer than the safety-net refresh
+/// takes to come by; Redis 8.4+ trims them and the index follows.
+#[test]
+fn delslots_then_another_node_takes_the_slot_keeps_the_keys_in_the_index() {
+    let (c, slot, keys) = two_primaries_with_slot_keys();
+    let node = &c.nodes[0];
+    let mut con = node.client();
+    assert_exact_now(node, "before");
+    let s = slot.to_string();
+    let _: () = query(&mut con, &["CLUSTER", "DELSLOTS", &s]).unwrap();
+    let _: () = query(&mut con, &["CLUSTER", "SETSLOT", &s, "NODE", c.id(1)]).unwrap();
+    assert_exact_now(node, "after DELSLOTS + SETSLOT NODE <other>");
+    let since = Instant::now();
+    while since.elapsed() < Duration::from_millis(1500) {
+        assert_exact_now(node, "a while after DELSLOTS + SETSLOT NODE <other>");
+    }
+    // Redis 8.4+ trims the keys of a slot another node owns (its trim
+    // events purge them); the others keep them.
+    if !scan_hides_unowned(node) {
+        let count: i64 = query(&mut con, &["CLUSTER", "COUNTKEYSINSLOT", &s]).unwrap();
+        assert_eq!(count, keys.len() as i64, "the node kept the slot's keys");
+    }
 }

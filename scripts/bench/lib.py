@@ -123,8 +123,12 @@ class Ctx:
 
 class Server:
     def __init__(self, binary, tmp, module=True, module_args=(), config=None, label=None,
-                 load=None):
+                 load=None, prefix=(), start_timeout=15):
         self.binary = binary
+        # A command the server runs under (e.g. valgrind and its options), and how
+        # long it may take to answer PING (longer under valgrind).
+        self.prefix = list(prefix)
+        self.start_timeout = start_timeout
         self.module = module  # snapscan loaded
         self.load = load  # another module's .so loaded instead (e.g. the no-op subscriber)
         self.module_args = list(module_args)
@@ -140,7 +144,7 @@ class Server:
             self.port = free_port()
             self.dir = self.tmp / f"srv-{self.port}"
             self.dir.mkdir(parents=True, exist_ok=True)
-            args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
+            args = self.prefix + [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
                     "--dir", str(self.dir), "--save", "", "--appendonly", "no",
                     "--daemonize", "no", "--logfile", str(self.dir / "server.log"),
                     "--enable-debug-command", "yes", "--enable-module-command", "yes",
@@ -164,7 +168,7 @@ class Server:
                                          if cpus else None)
             with open(self.tmp / "pids", "a") as f:
                 f.write(f"{self.proc.pid} {self.port}\n")
-            deadline = time.time() + 15
+            deadline = time.time() + self.start_timeout
             while time.time() < deadline:
                 if self.proc.poll() is not None:
                     break

@@ -160,7 +160,80 @@ pub static DOCS: &[Doc] = &[
             ),
         ],
     },
+    Doc {
+        name: "snapshot.keys",
+        summary: c"Returns the key names of the selected database that match a pattern, from a point-in-time snapshot walked on a worker thread (KEYS without the stall).",
+        since: SINCE,
+        complexity: c"O(1) on the main thread to open the snapshot; O(N) on a worker thread, N the keys of the database (O(log N + M) for a pattern with a literal prefix, M the keys with that prefix).",
+        arity: -2,
+        tips: c"request_policy:all_shards nondeterministic_output_order",
+        history: &[],
+        key: KeySpec::None,
+        args: &[arg(
+            c"pattern",
+            ArgType::Pattern,
+            c"Glob pattern of the keys to return (as KEYS).",
+        )],
+    },
+    native(
+        "snapshot.native-scan",
+        c"Internal: what SCAN becomes under snapshot.serve-native (SCAN's arguments and replies, served from a snapshot).",
+        c"nondeterministic_output request_policy:special response_policy:special",
+        KeySpec::None,
+    ),
+    native(
+        "snapshot.native-keys",
+        c"Internal: what KEYS becomes under snapshot.serve-native (KEYS's argument and reply, served from a snapshot).",
+        c"request_policy:all_shards nondeterministic_output_order",
+        KeySpec::None,
+    ),
+    native(
+        "snapshot.native-hscan",
+        c"Internal: what HSCAN becomes under snapshot.serve-native (HSCAN's arguments and replies, served from a snapshot).",
+        c"nondeterministic_output",
+        KeySpec::ReadAt1,
+    ),
+    native(
+        "snapshot.native-sscan",
+        c"Internal: what SSCAN becomes under snapshot.serve-native (SSCAN's arguments and replies, served from a snapshot).",
+        c"nondeterministic_output",
+        KeySpec::ReadAt1,
+    ),
+    native(
+        "snapshot.native-zscan",
+        c"Internal: what ZSCAN becomes under snapshot.serve-native (ZSCAN's arguments and replies, served from a snapshot).",
+        c"nondeterministic_output",
+        KeySpec::ReadAt1,
+    ),
 ];
+
+/// The entry of a module command the command filter routes a native
+/// command to: the native command's arguments, passed through.
+const fn native(
+    name: &'static str,
+    summary: &'static CStr,
+    tips: &'static CStr,
+    key: KeySpec,
+) -> Doc {
+    Doc {
+        name,
+        summary,
+        since: SINCE,
+        complexity:
+            c"As the native command on the main thread; the snapshot work runs on worker threads.",
+        arity: match key {
+            KeySpec::None => -1,
+            KeySpec::ReadAt1 => -2,
+        },
+        tips,
+        history: &[],
+        key,
+        args: match key {
+            KeySpec::None => &[],
+            KeySpec::ReadAt1 => &[KEY],
+        },
+    }
+}
 
 /// The entry for `name` (case-insensitive).
 pub fn doc(name: &str) -> Option<&'static Doc> {

@@ -75,6 +75,13 @@ command!(SnapshotSscan, sscan::run);
 command!(SnapshotZscan, zscan::run);
 command!(SnapshotUnlink, unlink::run);
 command!(SnapshotTesthook, testhook::run);
+command!(SnapshotKeys, crate::native::keys::run);
+// What SCAN, KEYS, HSCAN, SSCAN, ZSCAN become under snapshot.serve-native.
+command!(NativeScan, crate::native::serve::scan);
+command!(NativeKeys, crate::native::serve::keys);
+command!(NativeHscan, crate::native::serve::hscan);
+command!(NativeSscan, crate::native::serve::sscan);
+command!(NativeZscan, crate::native::serve::zscan);
 
 struct Spec {
     name: &'static str,
@@ -120,6 +127,50 @@ const COMMANDS: &[Spec] = &[
         flags: "write",
         keys: (0, 0, 0),
         acl: "keyspace write slow",
+    },
+    Spec {
+        name: "snapshot.keys",
+        func: Some(command::<SnapshotKeys>),
+        flags: "readonly",
+        keys: (0, 0, 0),
+        acl: "keyspace read slow dangerous",
+    },
+    // What SCAN, KEYS, HSCAN, SSCAN, ZSCAN become under
+    // snapshot.serve-native: the native command's flags and ACL categories.
+    Spec {
+        name: "snapshot.native-scan",
+        func: Some(command::<NativeScan>),
+        flags: "readonly",
+        keys: (0, 0, 0),
+        acl: "keyspace read slow",
+    },
+    Spec {
+        name: "snapshot.native-keys",
+        func: Some(command::<NativeKeys>),
+        flags: "readonly",
+        keys: (0, 0, 0),
+        acl: "keyspace read slow dangerous",
+    },
+    Spec {
+        name: "snapshot.native-hscan",
+        func: Some(command::<NativeHscan>),
+        flags: "readonly",
+        keys: (1, 1, 1),
+        acl: "read hash slow",
+    },
+    Spec {
+        name: "snapshot.native-sscan",
+        func: Some(command::<NativeSscan>),
+        flags: "readonly",
+        keys: (1, 1, 1),
+        acl: "read set slow",
+    },
+    Spec {
+        name: "snapshot.native-zscan",
+        func: Some(command::<NativeZscan>),
+        flags: "readonly",
+        keys: (1, 1, 1),
+        acl: "read sortedset slow",
     },
 ];
 

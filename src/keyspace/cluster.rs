@@ -7,21 +7,38 @@
 //!   keys `SCAN` shows), minus slots being imported by an atomic slot
 //!   migration (Valkey 9+'s `CLUSTER MIGRATESLOTS`, Redis 8.4+'s `CLUSTER
 //!   MIGRATION IMPORT`, whose keys `SCAN` hides until the import completes).
-//! - The served slots are read from `CLUSTER NODES`. A read happens when the
+//! - Redis 8.4+ (whose `SCAN` hides the keys of slots the node does not
+//!   serve): the visible slots are read from the server's memory at every
+//!   cursor 0, and the owned ones at every `SNAPSHOT.UNLINK` slice
+//!   ([`host::accessible_slots`], [`host::local_slots`]), so a change made
+//!   earlier in the same turn of the event loop (a pipelined or `MULTI`
+//!   `CLUSTER DELSLOTS`, a bus message read just before) is seen as `SCAN`
+//!   sees it.
+//! - Other servers' `SCAN` shows every key the node holds (but an atomic
+//!   import's), whoever owns its slot: an ownership change does not change
+//!   what a snapshot shows there, only which keys SNAPSHOT.UNLINK may
+//!   delete. The served slots are read from `CLUSTER NODES` when the
 //!   server's cluster configuration file (`nodes.conf`) changed since the
-//!   last one: the server rewrites it, before replying to anything, after
-//!   every change of slot ownership or role (ADDSLOTS, DELSLOTS, SETSLOT,
-//!   failover, an update from another node). Its `stat` is checked at every
-//!   cursor 0 (`SNAPSHOT.SCAN`), every `SNAPSHOT.UNLINK` slice and every
-//!   cron tick, a few microseconds each. A paced read at cron (at least
-//!   [`MIN_PAUSE`] apart, at most 1/[`COST_SHARE`] of the main thread)
-//!   remains as a safety net.
-//! - Atomic slot migration events change the view at once, before the file
-//!   is read: Valkey 9+'s (import started/completed/aborted, export
-//!   completed) and Redis 8.4+'s (slot migration and trim events).
-//! - Slots that stop being served are purged from the index by the indexer
-//!   thread (off the main thread): some servers delete a lost slot's keys
-//!   without any notification (Redis 7.0; Redis 8.4+'s background trim).
+//!   last read: the server rewrites it after every change of slot
+//!   ownership or role (ADDSLOTS, DELSLOTS, SETSLOT, failover, an update
+//!   from another node), in `beforeSleep`, so before it next waits for
+//!   clients, though not before it replies to commands of the same turn.
+//!   Its `stat` is checked at every cursor 0 (`SNAPSHOT.SCAN`), every
+//!   `SNAPSHOT.UNLINK` slice and every cron tick, a few microseconds each; a
+//!   stamp taken within [`RACY`] of the file's modification time is not
+//!   trusted (a change in the same clock tick keeps it): the next check
+//!   reads again. A paced read at cron (at least [`MIN_PAUSE`] apart, at
+//!   most 1/[`COST_SHARE`] of the main thread) remains as a safety net.
+//! - Atomic slot migration events change the view at once: Valkey 9+'s
+//!   (import started/completed/aborted, export completed) and Redis 8.4+'s
+//!   (slot migration and trim events).
+//! - Keys of slots the server empties are purged from the index by the
+//!   indexer thread (off the main thread): Redis 7.0 deletes the keys of a
+//!   slot another node took without any notification (purged when the
+//!   slot is lost and `CLUSTER COUNTKEYSINSLOT` says it is empty: after
+//!   `DELSLOTS` the node keeps them, whoever takes the slot), Redis 8.4+
+//!   trims in the background (its trim events purge). Valkey and Redis 7.2+
+//!   send a `del` notification for each key they delete.
 //! - A cancelled or failed atomic import purges the slots it imported.
 
 use crate::index::Op;
@@ -48,10 +65,19 @@ struct View {
     /// `served` without legacy imports, whose keys the server refuses to
     /// let a module's `RM_Call` write (SNAPSHOT.UNLINK skips them).
     owned: Option<Arc<SlotSet>>,
-    /// The cluster configuration file's [`Stamp`] as of the last read of
-    /// `CLUSTER NODES`.
+    /// The cluster configuration file's [`Stamp`] as of the last
+    /// successful read of `CLUSTER NODES` (taken before the read).
     stamp: Option<Stamp>,
+    /// Whether that stamp was taken within [`RACY`] of the file's last
+    /// change: a change in the same clock tick may keep the stamp, so the
+    /// next check reads `CLUSTER NODES` again.
+    racy: bool,
 }
+
+/// How close to the file's modification time a stamp must be taken to be
+/// trusted (the racy-git rule): file times advance in clock ticks (about 4
+/// ms), a rewrite in place keeps the inode and a failover often the size.
+pub const RACY: Duration = Duration::from_millis(20);
 
 /// What `stat` says of the cluster configuration file: the server replaces
 /// it (a new file renamed over the old) or rewrites it at every topology
@@ -79,6 +105,25 @@ fn config_stamp() -> Option<Stamp> {
         mtime: (md.mtime(), md.mtime_nsec()),
         ctime: (md.ctime(), md.ctime_nsec()),
     })
+}
+
+impl Stamp {
+    /// Whether a stamp taken at `now` (seconds, nanoseconds since the
+    /// epoch) may miss a change made in the same clock tick: the file
+    /// changed (mtime or ctime) less than [`RACY`] before `now`, or after it.
+    fn racy_at(&self, now: (i64, i64)) -> bool {
+        let ns = |(s, n): (i64, i64)| i128::from(s) * 1_000_000_000 + i128::from(n);
+        let latest = ns(self.mtime).max(ns(self.ctime));
+        ns(now) - latest < RACY.as_nanos() as i128
+    }
+}
+
+/// The wall clock as file times count it (seconds, nanoseconds).
+fn wall_now() -> (i64, i64) {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    (d.as_secs() as i64, i64::from(d.subsec_nanos()))
 }
 
 static VIEW: Mutex<Option<View>> = Mutex::new(None);
@@ -112,6 +157,11 @@ const SLOT_COUNT: u16 = 16384;
 /// those of an atomic import under way.
 static HIDES_UNOWNED: AtomicBool = AtomicBool::new(false);
 
+/// Whether the server deletes a lost slot's keys without notifications
+/// (Redis 7.0, see [`host::notifies_slot_deletions`]): then the module
+/// purges the slots it loses once the server emptied them.
+static SILENT_SLOT_DELETIONS: AtomicBool = AtomicBool::new(false);
+
 /// Whether the server runs in cluster mode (known after [`init`]).
 pub fn enabled() -> bool {
     CLUSTER.load(Ordering::Relaxed)
@@ -133,6 +183,7 @@ pub fn init(ctx: Ctx) {
     if host::cluster_mode(ctx) {
         CLUSTER.store(true, Ordering::Relaxed);
         HIDES_UNOWNED.store(host::has_redis_slot_migration(), Ordering::Relaxed);
+        SILENT_SLOT_DELETIONS.store(!host::notifies_slot_deletions(ctx), Ordering::Relaxed);
         if let Some(name) = host::config_get(ctx, c"cluster-config-file") {
             use std::os::unix::ffi::OsStrExt;
             let _ = CONFIG_FILE.set(PathBuf::from(std::ffi::OsStr::from_bytes(&name)));
@@ -148,7 +199,23 @@ pub fn visible_slots(ctx: Ctx) -> Option<Arc<SlotSet>> {
         return None;
     }
     catch_up(ctx);
+    if HIDES_UNOWNED.load(Ordering::Relaxed) {
+        if let Some(now) = host::accessible_slots() {
+            return with_view(|v| {
+                let visible = now.minus(&v.importing);
+                Some(shared(&mut v.visible, visible))
+            });
+        }
+    }
     with_view(|v| v.visible.clone())
+}
+
+/// `set` in `cache` (kept, and shared, if it did not change).
+fn shared(cache: &mut Option<Arc<SlotSet>>, set: SlotSet) -> Arc<SlotSet> {
+    match cache {
+        Some(c) if **c == set => c.clone(),
+        _ => cache.insert(Arc::new(set)).clone(),
+    }
 }
 
 /// The slots this node owns now (see `View::owned`): `None` outside
@@ -158,14 +225,20 @@ pub fn owned_slots(ctx: Ctx) -> Option<Arc<SlotSet>> {
         return None;
     }
     catch_up(ctx);
+    if HIDES_UNOWNED.load(Ordering::Relaxed) {
+        if let Some(now) = host::local_slots(ctx) {
+            return with_view(|v| Some(shared(&mut v.owned, now)));
+        }
+    }
     with_view(|v| v.owned.clone())
 }
 
 /// Re-reads `CLUSTER NODES` if the cluster configuration file changed since
-/// the last read; true if it did. Main thread.
+/// the last successful read, or if that read's stamp was racy; true if it
+/// read. Main thread.
 fn catch_up(ctx: Ctx) -> bool {
     let now = config_stamp();
-    if now.is_none() || with_view(|v| v.stamp == now) {
+    if now.is_none() || with_view(|v| v.stamp == now && !v.racy) {
         return false;
     }
     refresh(ctx);
@@ -178,9 +251,10 @@ pub fn refresh(ctx: Ctx) {
     if !enabled() {
         return;
     }
-    // Before the read: a change after it is seen by the next check.
-    let stamp = config_stamp();
-    with_view(|v| v.stamp = stamp);
+    // Taken before the read (a change after it is seen by the next check),
+    // recorded only once the read succeeded (a failed one is retried at
+    // the next check).
+    let (stamp, taken) = (config_stamp(), wall_now());
     let Some(text) = host::call_text(ctx, c"CLUSTER", c"NODES") else {
         return;
     };
@@ -188,26 +262,37 @@ pub fn refresh(ctx: Ctx) {
         return;
     };
     let owned = crate::slot::owned_from_nodes(&text);
-    // Keys of a slot now unassigned (DELSLOTS) stay in the database: only
-    // those of slots another node took are gone (Redis 7.0 deletes them
-    // without notifications).
-    let assigned = crate::slot::assigned_from_nodes(&text);
     let lost = with_view(|v| {
+        v.stamp = stamp;
+        v.racy = stamp.is_some_and(|s| s.racy_at(taken));
         if v.owned.as_deref() != owned.as_ref() {
             v.owned = owned.map(Arc::new);
         }
-        let lost = v
-            .served
-            .as_ref()
-            .map(|old| old.minus(&served).minus(&old.minus(&assigned)));
+        let lost = v.served.as_ref().map(|old| old.minus(&served));
         if v.served.as_ref() != Some(&served) {
             v.served = Some(served);
             v.recompute();
         }
         lost
     });
-    if let Some(lost) = lost.filter(|l| !l.is_empty()) {
-        purge(ctx, lost, "taken by another node");
+    if !SILENT_SLOT_DELETIONS.load(Ordering::Relaxed) {
+        return;
+    }
+    // Redis 7.0 deletes the keys of a slot another node took, without
+    // notifications. The node keeps them after DELSLOTS, though, even once
+    // another node took the slot (its dirty-slot deletion runs only while
+    // it owns the slot): only slots the server emptied are purged.
+    let Some(lost) = lost.filter(|l| !l.is_empty()) else {
+        return;
+    };
+    let mut emptied = SlotSet::new();
+    for slot in (0..SLOT_COUNT).filter(|&s| lost.contains(s)) {
+        if host::count_keys_in_slot(ctx, slot) == Some(0) {
+            emptied.insert(slot);
+        }
+    }
+    if !emptied.is_empty() {
+        purge(ctx, emptied, "emptied by the server");
     }
 }
 
@@ -378,6 +463,35 @@ mod tests {
     ) {
         let pause = refresh_pause(Duration::from_micros(took_us));
         assert_eq!(pause, Duration::from_millis(pause_ms));
+    }
+
+    fn stamp(mtime: (i64, i64), ctime: (i64, i64)) -> Stamp {
+        Stamp {
+            dev: 1,
+            ino: 2,
+            size: 3,
+            mtime,
+            ctime,
+        }
+    }
+
+    /// A stamp is trusted only when taken at least 20 ms after the file's
+    /// last change (mtime or ctime): a change in the same clock tick
+    /// (about 4 ms) can keep every field of it.
+    #[rstest]
+    #[case((100, 0), (100, 0), (100, 19_999_999), true)]
+    #[case((100, 0), (100, 0), (100, 20_000_000), false)]
+    #[case((99, 990_000_000), (99, 990_000_000), (100, 5_000_000), true)]
+    #[case((99, 0), (100, 0), (100, 1_000_000), true)] // ctime later
+    #[case((100, 0), (100, 0), (99, 0), true)] // the clock went back
+    #[case((90, 0), (90, 0), (100, 0), false)]
+    fn a_stamp_taken_within_20_ms_of_the_files_change_is_racy(
+        #[case] mtime: (i64, i64),
+        #[case] ctime: (i64, i64),
+        #[case] now: (i64, i64),
+        #[case] racy: bool,
+    ) {
+        assert_eq!(stamp(mtime, ctime).racy_at(now), racy);
     }
 
     #[test]

@@ -9,9 +9,10 @@ use crate::collections::{Builder, CollCopy, CopyPage, Kind};
 use crate::config;
 use crate::glob::Pattern;
 use crate::index::meta::{TypeId, HASH, SET, ZSET};
+use crate::server::blocked::{BlockedReply, Fallback};
 use crate::server::collcopy::{self, CopyError, KeyCursor};
 use crate::server::thread_ctx::Detached;
-use crate::server::{self, blocked::BlockedReply, keys, mainloop, reply::Reply, Ctx};
+use crate::server::{self, keys, mainloop, reply::Reply, Ctx};
 use crate::state::{self, HashCursor, Module};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -60,6 +61,9 @@ struct Call {
     spec: PageSpec,
     /// The client cannot be blocked (MULTI, Lua, functions): all inline.
     inline: bool,
+    /// Answers the client, once blocked, where it would otherwise get an
+    /// error (see `run_with`); taken by the first block.
+    fallback: Option<Fallback>,
 }
 
 /// Where the copy of a call comes from.
@@ -91,7 +95,22 @@ impl Source {
 /// gets its first slice here and the rest on the main thread, one slice per
 /// turn of the event loop, while the client waits. Pages are cut on a
 /// worker (small pages of a finished copy on the main thread).
+///
+/// A cursor sent again within `cursor::RETRY_MS` gets the same page (see
+/// `Registry::take_retryable`).
 pub fn run(ctx: Ctx, args: &[&[u8]], kind: Kind) -> Result<(), CmdError> {
+    run_with(ctx, args, kind, None)
+}
+
+/// [`run`]; a client blocked for its page or its copy is answered by
+/// `fallback` instead of an error (a copy over
+/// `snapshot.collection-memory-limit`, a worker that panicked...).
+pub fn run_with(
+    ctx: Ctx,
+    args: &[&[u8]],
+    kind: Kind,
+    fallback: Option<Fallback>,
+) -> Result<(), CmdError> {
     if args.len() < 3 {
         return Err(CmdError::WrongArity);
     }
@@ -140,6 +159,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]], kind: Kind) -> Result<(), CmdError> {
             pairs: kind.has_second() && !opts.novalues && !opts.noscores,
         },
         inline: server::blocking_denied(ctx),
+        fallback,
     };
     Module::bump(&m.stats.hash_scans, 1);
     let Some(name) = name else {
@@ -152,7 +172,7 @@ pub fn run(ctx: Ctx, args: &[&[u8]], kind: Kind) -> Result<(), CmdError> {
 
 /// Cursor 0 on a key of the call's type (checked by the caller, `name` its
 /// name): the truth about the key, now; then a copy.
-fn open(ctx: Ctx, call: Call, name: server::OwnedString) -> Result<(), CmdError> {
+fn open(ctx: Ctx, mut call: Call, name: server::OwnedString) -> Result<(), CmdError> {
     let (m, db, kind) = (call.m, call.db, call.kind);
     let key: &[u8] = &call.key;
     // Field TTLs matter only to share a copy or to slice one; the answer
@@ -216,7 +236,7 @@ fn open(ctx: Ctx, call: Call, name: server::OwnedString) -> Result<(), CmdError>
     };
     // A large collection: finish the copy on the main thread, one slice
     // per turn of the event loop, then cut the first page on a worker.
-    let Some(bc) = BlockedReply::block(ctx) else {
+    let Some(bc) = BlockedReply::block_with(ctx, call.fallback.take()) else {
         return Err(CmdError::msg("ERR snapscan: cannot block the client"));
     };
     let Some(tctx) = Detached::new() else {
@@ -250,19 +270,25 @@ impl Call {
     /// Takes the continuation behind `cursor` if it is this call's.
     fn take_cursor(&self, cursor: u64) -> Result<crate::cursor::Entry<HashCursor>, CmdError> {
         let (db, key, kind) = (self.db, &self.key, self.kind);
-        self.m
+        let check = |edb: usize, v: &HashCursor| {
+            if edb != db {
+                Err(format!("belongs to database {edb}, not {db}"))
+            } else if v.key != *key {
+                Err("belongs to another key".to_string())
+            } else if v.copy.kind() != kind {
+                Err(format!("belongs to {}", v.copy.kind().command()))
+            } else {
+                Ok(())
+            }
+        };
+        let (taken, aged) = self
+            .m
             .hash_cursors
-            .take_checked(cursor, |e| {
-                if e.db != db {
-                    Err(format!("belongs to database {}, not {db}", e.db))
-                } else if e.value.key != *key {
-                    Err("belongs to another key".to_string())
-                } else if e.value.copy.kind() != kind {
-                    Err(format!("belongs to {}", e.value.copy.kind().command()))
-                } else {
-                    Ok(())
-                }
-            })
+            .take_retryable(cursor, self.m.mono_ms(), check);
+        if !aged.is_empty() {
+            self.m.reaper.dispose(aged);
+        }
+        taken
             .map_err(|why| {
                 CmdError::msg(match why {
                     None => format!(
@@ -276,7 +302,7 @@ impl Call {
     /// Replies the page at `pos` of the copy: a small page of a finished
     /// copy at once, any other on a worker when the client can be blocked,
     /// inline otherwise (MULTI, Lua, functions).
-    fn answer(self, ctx: Ctx, source: Source, pos: usize, pages: u64) {
+    fn answer(mut self, ctx: Ctx, source: Source, pos: usize, pages: u64) {
         if !self.inline {
             if let Source::Ready(copy) = &source {
                 if let Some((next, items)) = self.small_page(copy, pos, pages) {
@@ -287,7 +313,7 @@ impl Call {
                     return;
                 }
             }
-            if let Some(bc) = BlockedReply::block(ctx) {
+            if let Some(bc) = BlockedReply::block_with(ctx, self.fallback.take()) {
                 self.answer_blocked(bc, source, pos, pages);
                 return;
             }
@@ -443,7 +469,7 @@ impl CopyTask {
             Err(e) => {
                 self.p = None;
                 if let Some((call, bc)) = self.call.take() {
-                    bc.reply(|r| match copy_error(e, call.kind) {
+                    bc.fail(|r| match copy_error(e, call.kind) {
                         None => write_empty(r),
                         Some(msg) => r.error(&msg),
                     });

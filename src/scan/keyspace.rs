@@ -8,9 +8,10 @@ use crate::index::tree::KeyMap;
 use crate::index::walk::{walk_snapshot_at, Page, ScanSpec};
 use crate::index::{Key, Snapshot};
 use crate::keyspace::backfill;
+use crate::server::blocked::{BlockedReply, Fallback};
 use crate::server::expiry::Verdict;
 use crate::server::locked::ServerLock;
-use crate::server::{self, blocked::BlockedReply, reply::Reply, Ctx};
+use crate::server::{self, reply::Reply, Ctx};
 use crate::state::{self, Module, ScanCursor};
 use std::sync::Arc;
 use std::time::Duration;
@@ -87,7 +88,21 @@ enum Start {
 /// without a worker thread the walk runs inline, bounded by the work
 /// budget, after at most [`INLINE_TAKE_BUDGET`] of applying the index's
 /// backlog (else `TRYAGAIN`).
+///
+/// A cursor sent again within `cursor::RETRY_MS` gets the same page (see
+/// `Registry::take_retryable`).
 pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
+    run_with(lock, ctx, args, None)
+}
+
+/// [`run`]; a client blocked for its page is answered by `fallback`
+/// instead of an error (see `BlockedReply::block_with`).
+pub fn run_with(
+    lock: &ServerLock,
+    ctx: Ctx,
+    args: &[&[u8]],
+    fallback: Option<Fallback>,
+) -> Result<(), CmdError> {
     if args.len() < 2 {
         return Err(CmdError::WrongArity);
     }
@@ -135,7 +150,17 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> 
             clock,
         )
     } else {
-        match m.cursors.take_in(cursor, db) {
+        let (taken, aged) = m.cursors.take_retryable(cursor, m.mono_ms(), |edb, _| {
+            if edb == db {
+                Ok(())
+            } else {
+                Err(edb)
+            }
+        });
+        if !aged.is_empty() {
+            m.reaper.dispose(aged);
+        }
+        match taken {
             Ok(e) => Start::At {
                 snap: e.value.snap,
                 after: Some(e.value.after),
@@ -176,7 +201,7 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> 
                 write_page(&Reply::new(ctx), next, &keys);
                 return Ok(());
             }
-            Err(start) => (BlockedReply::block(ctx), start),
+            Err(start) => (BlockedReply::block_with(ctx, fallback), start),
         }
     };
     match blocked {

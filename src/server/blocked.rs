@@ -1,8 +1,16 @@
 //! A blocked client that always gets exactly one reply.
 
+use super::locked::ServerLock;
 use super::reply::Reply;
 use super::{api, Ctx};
 use redis_module::raw;
+use std::os::raw::c_void;
+
+/// What answers a blocked client in place of an error (see
+/// [`BlockedReply::block_with`]): run on the main thread, with the server
+/// lock held, when the client is unblocked; it replies on the `Ctx` it is
+/// given, the client's own context (e.g. with the native command's reply).
+pub type Fallback = Box<dyn FnOnce(&ServerLock, Ctx) + Send>;
 
 /// Owns a blocked client. Replying consumes it; dropping it without a reply
 /// (a bug, or a panic unwinding through a worker) answers an error, so the
@@ -10,6 +18,9 @@ use redis_module::raw;
 pub struct BlockedReply {
     bc: *mut raw::RedisModuleBlockedClient,
     replied: bool,
+    /// Answers the client, on the main thread, where it would otherwise
+    /// get an error (see [`BlockedReply::fail`] and the drop).
+    fallback: Option<Fallback>,
 }
 
 // SAFETY: the module API allows a blocked-client handle to be used (replied
@@ -21,6 +32,11 @@ thread_local! {
     /// Set when the running command blocked its client: from then on only
     /// the [`BlockedReply`] answers it (see `commands::dispatch`).
     static BLOCKED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the command running on this thread has blocked its client.
+pub fn blocked_now() -> bool {
+    BLOCKED.with(std::cell::Cell::get)
 }
 
 /// Clears and returns whether the command running on this thread blocked
@@ -37,14 +53,44 @@ impl BlockedReply {
         reason = "ctx is the context the server passed to the running command callback"
     )]
     pub fn block(ctx: Ctx) -> Option<Self> {
+        Self::block_with(ctx, None)
+    }
+
+    /// [`block`](Self::block) with a `fallback` that answers the client
+    /// instead of an error: when the work fails ([`fail`](Self::fail)) or
+    /// the handle is dropped without a reply (a panic on a worker).
+    #[allow(
+        clippy::not_unsafe_ptr_arg_deref,
+        reason = "ctx is the context the server passed to the running command callback"
+    )]
+    pub fn block_with(ctx: Ctx, fallback: Option<Fallback>) -> Option<Self> {
         let f = api!(RedisModule_BlockClient)?;
-        // SAFETY: ctx is the live command context; no callbacks, no timeout.
-        let bc = unsafe { f(ctx, None, None, None, 0) };
+        let bc = if fallback.is_some() {
+            // SAFETY: ctx is the live command context; the reply callback
+            // runs the fallback handed over with the unblock (if any), the
+            // free callback frees it; no timeout.
+            unsafe {
+                f(
+                    ctx,
+                    Some(super::entry::blocked_reply),
+                    None,
+                    Some(free_fallback),
+                    0,
+                )
+            }
+        } else {
+            // SAFETY: ctx is the live command context; no callbacks, no timeout.
+            unsafe { f(ctx, None, None, None, 0) }
+        };
         if bc.is_null() {
             return None;
         }
         BLOCKED.with(|b| b.set(true));
-        Some(BlockedReply { bc, replied: false })
+        Some(BlockedReply {
+            bc,
+            replied: false,
+            fallback,
+        })
     }
 
     fn with_reply(&mut self, write: impl FnOnce(&Reply)) {
@@ -72,16 +118,67 @@ impl BlockedReply {
     pub fn reply(mut self, write: impl FnOnce(&Reply)) {
         self.with_reply(write);
     }
+
+    /// Answers a failure: by the fallback when the client was blocked with
+    /// one (on the main thread, once unblocked), else by `write` (an error).
+    pub fn fail(self, write: impl FnOnce(&Reply)) {
+        if self.fallback.is_none() {
+            self.reply(write);
+        }
+    }
 }
 
 impl Drop for BlockedReply {
     fn drop(&mut self) {
+        let mut privdata: *mut c_void = std::ptr::null_mut();
         if !self.replied {
-            self.with_reply(|r| r.error("ERR snapscan: internal error while serving the request"));
+            match self.fallback.take() {
+                // Handed to the reply callback with the unblock.
+                Some(f) => privdata = Box::into_raw(Box::new(Some(f))).cast(),
+                None => self.with_reply(|r| {
+                    r.error("ERR snapscan: internal error while serving the request")
+                }),
+            }
         }
         if let Some(unblock) = api!(RedisModule_UnblockClient) {
-            // SAFETY: bc is live and unblocked exactly once, here.
-            unsafe { unblock(self.bc, std::ptr::null_mut()) };
+            // SAFETY: bc is live and unblocked exactly once, here; privdata
+            // is null or a `Box<Option<Fallback>>` that the server hands to
+            // `blocked_reply` and then to `free_fallback`, which frees it.
+            unsafe { unblock(self.bc, privdata) };
         }
+    }
+}
+
+/// The reply callback of a client blocked with a fallback (main thread,
+/// `ctx` the client's reply context): runs the fallback it was unblocked
+/// with, if any (none when it was answered by a worker). A panicking
+/// fallback answers an error.
+pub(super) fn on_reply(lock: &ServerLock, ctx: Ctx) {
+    let Some(get) = api!(RedisModule_GetBlockedClientPrivateData) else {
+        return;
+    };
+    // SAFETY: ctx is the reply callback's live context.
+    let p = unsafe { get(ctx) }.cast::<Option<Fallback>>();
+    if p.is_null() {
+        return;
+    }
+    // SAFETY: a non-null private data of a client blocked by `block_with`
+    // is the `Box<Option<Fallback>>` its drop made, freed only later by
+    // `free_fallback`; only the main thread touches it now.
+    let Some(f) = (unsafe { &mut *p }).take() else {
+        return;
+    };
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(lock, ctx)));
+    if ran.is_err() {
+        Reply::new(ctx).error("ERR snapscan: internal error while serving the request");
+    }
+}
+
+/// Frees the private data of a client blocked by [`BlockedReply::block_with`].
+extern "C" fn free_fallback(_ctx: *mut raw::RedisModuleCtx, privdata: *mut c_void) {
+    if !privdata.is_null() {
+        // SAFETY: the server passes back the `Box<Option<Fallback>>` made
+        // in the drop, once, after the reply callback (if any) ran.
+        drop(unsafe { Box::from_raw(privdata.cast::<Option<Fallback>>()) });
     }
 }

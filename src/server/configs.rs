@@ -19,6 +19,8 @@ pub enum Kind {
     /// memory configs take it (`b`, `k`, `kb`, `m`, `mb`, `g`, `gb`, any case:
     /// `k` = 1000, `kb` = 1024).
     Memory,
+    /// Flags by name ([`Spec::names`]), registered as a flags config.
+    Flags,
 }
 
 /// One config: `snapshot.<name>`.
@@ -33,6 +35,9 @@ pub struct Spec {
     pub min: i64,
     pub max: i64,
     pub kind: Kind,
+    /// [`Kind::Flags`]: each name with its value (`none`, `all` and the
+    /// single flags); empty for numbers.
+    pub names: &'static [(&'static str, i64)],
 }
 
 /// What the server's callbacks for one row get as `privdata`: made once
@@ -71,6 +76,19 @@ extern "C" fn get_numeric(_name: *const c_char, privdata: *mut c_void) -> c_long
     row(privdata).spec.var.load(Ordering::Relaxed)
 }
 
+extern "C" fn get_enum(_name: *const c_char, privdata: *mut c_void) -> c_int {
+    row(privdata).spec.var.load(Ordering::Relaxed) as c_int
+}
+
+extern "C" fn set_enum(
+    name: *const c_char,
+    val: c_int,
+    privdata: *mut c_void,
+    err: *mut *mut raw::RedisModuleString,
+) -> c_int {
+    set_numeric(name, c_longlong::from(val), privdata, err)
+}
+
 extern "C" fn set_numeric(
     _name: *const c_char,
     val: c_longlong,
@@ -103,6 +121,48 @@ extern "C" fn set_numeric(
         }
         Err(_) => raw::REDISMODULE_ERR as c_int,
     }
+}
+
+/// Registers `s` as a flags config with its names.
+fn register_flags(
+    ctx: Ctx,
+    name: &CString,
+    s: &Spec,
+    default: i64,
+    privdata: *mut c_void,
+    prefix: &str,
+) -> Result<(), String> {
+    let reg = api!(RedisModule_RegisterEnumConfig).ok_or("this server has no enum configs")?;
+    let cnames: Vec<CString> = s
+        .names
+        .iter()
+        .map(|(n, _)| CString::new(*n).map_err(|e| e.to_string()))
+        .collect::<Result<_, _>>()?;
+    let mut ptrs: Vec<*const c_char> = cnames.iter().map(|c| c.as_ptr()).collect();
+    let values: Vec<c_int> = s.names.iter().map(|&(_, v)| v as c_int).collect();
+    // SAFETY: OnLoad context; name and the value names are valid C strings
+    // and the arrays hold `names.len()` entries each, alive for the call
+    // (the server copies them); the callbacks live as long as the module;
+    // privdata is a leaked `Row`, valid forever (see [`row`]).
+    let rc = unsafe {
+        reg(
+            ctx,
+            name.as_ptr(),
+            default as c_int,
+            raw::REDISMODULE_CONFIG_BITFLAGS,
+            ptrs.as_mut_ptr(),
+            values.as_ptr(),
+            s.names.len() as c_int,
+            Some(get_enum),
+            Some(set_enum),
+            None,
+            privdata,
+        )
+    };
+    if rc != raw::REDISMODULE_OK as c_int {
+        return Err(format!("cannot register config {prefix}{}", s.name));
+    }
+    Ok(())
 }
 
 /// Stores the `loadmodule` arguments (`given`: row, value), registers every
@@ -146,6 +206,10 @@ pub fn register(
         let flags = match s.kind {
             Kind::Integer => raw::REDISMODULE_CONFIG_DEFAULT,
             Kind::Memory => raw::REDISMODULE_CONFIG_MEMORY,
+            Kind::Flags => {
+                register_flags(ctx, &name, s, defaults[i], privdata.cast(), prefix)?;
+                continue;
+            }
         };
         // SAFETY: OnLoad context; name is a valid C string (the server
         // copies it); the callbacks are valid for the life of the module;

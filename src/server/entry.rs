@@ -88,6 +88,20 @@ pub extern "C" fn info<I: Info>(ctx: *mut raw::RedisModuleInfoCtx, for_crash_rep
     I::fill(&lock, ctx, for_crash_report);
 }
 
+/// The reply callback of a client blocked with a fallback (see
+/// `blocked::BlockedReply::block_with`).
+pub extern "C" fn blocked_reply(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    // SAFETY: the server runs the reply callbacks of blocked clients on its
+    // main thread, holding its lock.
+    let lock = unsafe { ServerLock::new_unchecked() };
+    super::blocked::on_reply(&lock, ctx);
+    raw::REDISMODULE_OK as c_int
+}
+
 /// Runs `f` so that a panic never unwinds into the server.
 pub fn guarded(ctx: Ctx, what: &str, f: impl FnOnce()) {
     if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {

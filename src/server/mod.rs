@@ -25,6 +25,7 @@ pub mod keys;
 pub mod latency;
 pub mod locked;
 pub mod mainloop;
+pub mod native;
 pub mod reply;
 pub mod scan;
 pub mod subscribe;

@@ -272,21 +272,61 @@ pub fn assert_exact(node: &Server, what: &str) {
 
 /// Asserts that a full SNAPSHOT.SCAN iteration started now on `node` returns
 /// exactly the keys of the node's native SCAN, with no settling delay: the
-/// native iteration first, then the snapshot's, then the native one again
-/// (a keyspace still changing by itself, e.g. a trim under way, is read
-/// again, a few times at most).
+/// snapshot is opened first (its cursor-0 call is the first command after
+/// the caller's), then the native iteration runs; if they differ, a second
+/// native iteration tells a keyspace still changing by itself (e.g. a trim
+/// under way: read again, a few times at most) from a wrong snapshot.
 pub fn assert_exact_now(node: &Server, what: &str) {
     let mut c = node.client();
     for _ in 0..5 {
-        let native = native_keys(&mut c);
         let snap = snapshot_keys(&mut c);
+        let native = native_keys(&mut c);
+        if snap == native {
+            return;
+        }
         if native_keys(&mut c) != native {
             continue;
         }
-        assert!(snap == native, "{what}: {}", difference(&snap, &native));
-        return;
+        panic!("{what}: {}", difference(&snap, &native));
     }
     panic!("{what}: the native SCAN kept changing");
+}
+
+/// The keys of one `SCAN 0 COUNT 1000000` reply (the whole keyspace of a
+/// test node in one page: its cursor must be 0) and of a full SNAPSHOT.SCAN
+/// iteration whose cursor-0 call is `snapshot_reply` (later pages fetched
+/// now: they come from the snapshot), both sorted.
+pub fn scan_pair(
+    con: &mut Connection,
+    native_reply: Value,
+    snapshot_reply: Value,
+) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let page = |v: Value| -> (String, Vec<Vec<u8>>) {
+        FromRedisValue::from_redis_value(&v).expect("a SCAN-like page")
+    };
+    let (cursor, mut native) = page(native_reply);
+    assert_eq!(
+        cursor, "0",
+        "SCAN 0 COUNT 1000000 returned the whole keyspace"
+    );
+    native.sort();
+    native.dedup();
+    let (mut cursor, mut snap) = page(snapshot_reply);
+    while cursor != "0" {
+        let (next, keys) = page(
+            query(con, &["SNAPSHOT.SCAN", &cursor, "COUNT", "1000000"]).expect("SNAPSHOT.SCAN"),
+        );
+        snap.extend(keys);
+        cursor = next;
+    }
+    snap.sort();
+    (native, snap)
+}
+
+/// Asserts that two sorted key lists (a snapshot's and the native SCAN's)
+/// are equal, showing how they differ.
+pub fn assert_same_keys(snap: &[Vec<u8>], native: &[Vec<u8>], what: &str) {
+    assert!(snap == native, "{what}: {}", difference(snap, native));
 }
 
 /// How two sorted key lists differ: their sizes and the first keys only in
@@ -428,15 +468,19 @@ pub struct Writer {
 }
 
 impl Writer {
+    /// Starts the writer and returns once it has made its first write (on a
+    /// loaded machine a new thread may otherwise not run before `stop`).
     pub fn start(cluster: &Cluster, keys: Vec<String>, seed: u64) -> Writer {
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let s2 = stop.clone();
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let made = std::sync::Arc::new(AtomicUsize::new(0));
+        let (s2, made2) = (stop.clone(), made.clone());
         let mut cc = cluster.client();
         let handle = std::thread::spawn(move || {
             let mut rng = Rng(seed);
             let mut n = 0;
             let deadline = Instant::now() + Duration::from_secs(60);
-            while !s2.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline {
+            while !s2.load(Ordering::Relaxed) && Instant::now() < deadline {
                 let k = rng.pick(&keys).clone();
                 if rng.chance(1, 4) {
                     let _ = cc.run(k.as_bytes(), &[b"DEL", k.as_bytes()]);
@@ -444,8 +488,12 @@ impl Writer {
                     let _ = cc.run(k.as_bytes(), &[b"SET", k.as_bytes(), b"w"]);
                 }
                 n += 1;
+                made2.store(n, Ordering::Relaxed);
             }
             n
+        });
+        wait_until("the writer's first write", TOPOLOGY_TIMEOUT, || {
+            made.load(Ordering::Relaxed) > 0 || handle.is_finished()
         });
         Writer {
             stop,

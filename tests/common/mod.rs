@@ -21,6 +21,10 @@ use redis::{Connection, FromRedisValue, RedisResult, ToRedisArgs, Value};
 use tempfile::TempDir;
 
 pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a used cursor stays answerable for a retry, holding its
+/// snapshot or collection copy (README, Cursor lifetime); the janitor drops
+/// it within one of its ticks after that.
+pub const RETRY_WINDOW: Duration = Duration::from_secs(10);
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 const SAVE_TIMEOUT: Duration = Duration::from_secs(60);

@@ -18,22 +18,33 @@ fn disconnect_mid_iteration_releases_the_copy() {
         assert_eq!(info_u64(&mut con, "snapshot_hash_cursors_open"), 1);
         c
     };
-    wait_until("the orphaned hash snapshot to be released", POLL, || {
-        info_u64(&mut con, "snapshot_hash_snapshots_open") == 0
-            && info_u64(&mut con, "snapshot_hash_snapshot_bytes") == 0
-    });
+    // Its copy is kept for a retry of the used cursor: released within the
+    // retry window.
+    wait_until(
+        "the orphaned hash snapshot to be released",
+        POLL + RETRY_WINDOW,
+        || {
+            info_u64(&mut con, "snapshot_hash_snapshots_open") == 0
+                && info_u64(&mut con, "snapshot_hash_snapshot_bytes") == 0
+        },
+    );
     assert_eq!(info_u64(&mut con, "snapshot_hash_cursors_open"), 0);
     assert_eq!(
         expect_err(&mut con, &[CMD, "h", &kept]),
         unknown_cursor(&kept),
         "an idled-out cursor is unknown"
     );
-    // A finished iteration releases at once (after its last reply).
+    // A finished iteration releases its copy once its last cursor can no
+    // longer be retried: within the retry window.
     full(&mut con, "h", &Opts::count(1000));
-    wait_until("the finished iteration's copy to be released", POLL, || {
-        info_u64(&mut con, "snapshot_hash_snapshots_open") == 0
-            && info_u64(&mut con, "snapshot_hash_snapshot_bytes") == 0
-    });
+    wait_until(
+        "the finished iteration's copy to be released",
+        POLL + RETRY_WINDOW,
+        || {
+            info_u64(&mut con, "snapshot_hash_snapshots_open") == 0
+                && info_u64(&mut con, "snapshot_hash_snapshot_bytes") == 0
+        },
+    );
 }
 
 /// A client that sends cursor 0 on a large hash and disconnects while the
@@ -93,7 +104,7 @@ fn evicted_iterations_release_their_copies() {
         let rest = finish_from(&mut con, k, &c, &o, |_| {});
         assert_eq!(to_hash(&rest, false).len(), 1_990, "{k}");
     }
-    wait_until("all copies to be released", POLL, || {
+    wait_until("all copies to be released", POLL + RETRY_WINDOW, || {
         info_u64(&mut con, "snapshot_hash_snapshots_open") == 0
             && info_u64(&mut con, "snapshot_hash_snapshot_bytes") == 0
     });

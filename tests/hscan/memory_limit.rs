@@ -56,11 +56,12 @@ fn memory_limit_refuses_new_copies_and_recovers() {
     assert_eq!(cmd_str(&mut con, &["PING"]), "PONG");
     assert!(cmd_str(&mut con, &["INFO", "everything"]).contains("snapshot_hash_copies_made"));
 
-    // Finishing m0 makes room for m2.
+    // Finishing m0 makes room for m2 (once its last cursor is past the
+    // retry window).
     let mut pages = vec![p0];
     pages.extend(finish_from(&mut con, "m0", &c0, &Opts::count(1000), |_| {}));
     assert_same(&to_hash(&pages, false), &hgetall(&mut con, "m0"), "m0");
-    wait_until("m0's copy to be released", POLL, || {
+    wait_until("m0's copy to be released", POLL + RETRY_WINDOW, || {
         info_u64(&mut con, "snapshot_hash_snapshot_bytes") == one
     });
     let (c2, p2) = hscan(&mut con, "m2", "0", &o);
@@ -70,7 +71,7 @@ fn memory_limit_refuses_new_copies_and_recovers() {
         pages.extend(finish_from(&mut con, k, &c, &Opts::count(1000), |_| {}));
         assert_same(&to_hash(&pages, false), &hgetall(&mut con, k), k);
     }
-    wait_until("every copy to be released", POLL, || {
+    wait_until("every copy to be released", POLL + RETRY_WINDOW, || {
         info_u64(&mut con, "snapshot_hash_snapshot_bytes") == 0
             && info_u64(&mut con, "snapshot_hash_snapshots_open") == 0
     });

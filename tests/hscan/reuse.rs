@@ -48,7 +48,8 @@ fn an_unchanged_hash_shares_its_copy_and_a_changed_one_does_not() {
         pages.extend(finish_from(&mut con, "h", &c, &Opts::count(500), |_| {}));
         assert_same(&to_hash(&pages, false), &truth, "an old iteration");
     }
-    wait_until("copies to be released", POLL, || {
+    // (Once their last cursors are past the retry window.)
+    wait_until("copies to be released", POLL + RETRY_WINDOW, || {
         info_u64(&mut con, "snapshot_hash_snapshots_open") == 0
     });
 

@@ -141,9 +141,9 @@ fn sliced_copy_under_a_hammering_writer() {
     }
     assert!(retries_moved, "snapshot_hash_copy_retries never moved");
     assert!(fallbacks_moved, "snapshot_hash_copy_fallbacks never moved");
-    // The last page's copy is released on a worker or the reaper, maybe
-    // just after the reply.
-    wait_until("copies to be released", POLL, || {
+    // The last page's copy is released once its cursor is past the retry
+    // window.
+    wait_until("copies to be released", POLL + RETRY_WINDOW, || {
         info_u64(&mut con, "snapshot_hash_snapshots_open") == 0
             && info_u64(&mut con, "snapshot_hash_snapshot_bytes") == 0
     });

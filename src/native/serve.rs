@@ -1,0 +1,153 @@
+//! The module commands the filter routes the native commands to
+//! (`snapshot.native-scan`, `-hscan`, `-sscan`, `-zscan`; KEYS goes to
+//! SNAPSHOT.KEYS, see [`super::keys`]).
+
+use super::mode::Native;
+use super::plan::{self, Plan, SMALL_COLLECTION};
+use super::Outcome;
+use crate::args::CmdError;
+use crate::collections::Kind;
+use crate::scan::{collection, keyspace as scan};
+use crate::server::blocked::Fallback;
+use crate::server::locked::ServerLock;
+use crate::server::{self, keys, Ctx};
+use crate::state;
+
+/// `snapshot.native-<cmd> <the native command's arguments>`: what SCAN,
+/// HSCAN, SSCAN, ZSCAN become under `snapshot.serve-native`.
+///
+/// Served from a snapshot when the cursor is 0 or one snapscan issued;
+/// run by the native command (same arguments, its own reply) when the
+/// client cannot block (MULTI, Lua, functions), the cursor is not one
+/// snapscan issued, the arguments are refused, or a collection is small
+/// enough to come back whole natively. An issued cursor whose iteration is
+/// gone (idle timeout, eviction, restart, failover) restarts natively at 0.
+pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]], n: Native) -> Result<(), CmdError> {
+    let native_args = args.get(1..).unwrap_or_default();
+    let Some(m) = state::try_get() else {
+        return native(ctx, n, native_args, Outcome::Native);
+    };
+    if server::blocking_denied(ctx) {
+        return native(ctx, n, native_args, Outcome::Native);
+    }
+    let p = plan::plan(n, native_args, |t| m.type_names().lookup(t).is_some());
+    let Plan::Snapshot {
+        args: sargs,
+        cursor,
+        key,
+    } = p
+    else {
+        return native(ctx, n, native_args, Outcome::Native);
+    };
+    if cursor == 0 {
+        if let Some(k) = key {
+            if small(ctx, &k) {
+                return native(ctx, n, native_args, Outcome::Native);
+            }
+        }
+    }
+    let refs: Vec<&[u8]> = sargs.iter().map(Vec::as_slice).collect();
+    let fb = || Some(fallback(n, native_args, cursor));
+    let served = match n {
+        Native::Scan => scan::run_with(lock, ctx, &refs, fb()),
+        Native::Keys => super::keys::run(lock, ctx, &refs),
+        Native::Hscan => collection::run_with(ctx, &refs, Kind::Hash, fb()),
+        Native::Sscan => collection::run_with(ctx, &refs, Kind::Set, fb()),
+        Native::Zscan => collection::run_with(ctx, &refs, Kind::Zset, fb()),
+    };
+    match served {
+        Ok(()) => {
+            super::count(&m.native, n, Outcome::Served);
+            Ok(())
+        }
+        // Already answered (a blocked client gets its reply from the worker).
+        Err(e) if server::blocked::blocked_now() => Err(e),
+        // The snapshot cannot serve this call (an iteration that is gone,
+        // the index still loading, a type error...): the native command
+        // answers, from cursor 0 when the cursor was snapscan's.
+        Err(_) if cursor != 0 => {
+            let again = plan::restart(n, native_args);
+            let refs: Vec<&[u8]> = again.iter().map(Vec::as_slice).collect();
+            native(ctx, n, &refs, Outcome::Restarted)
+        }
+        Err(_) => native(ctx, n, native_args, Outcome::Native),
+    }
+}
+
+/// What answers a call that blocked its client and then failed (a
+/// collection copy over `snapshot.collection-memory-limit`, a worker that
+/// panicked): the native command, as for a failure before blocking, run on
+/// the main thread when the client is unblocked (from cursor 0 when the
+/// cursor was snapscan's). The call, counted as served, is counted again
+/// as answered natively.
+fn fallback(n: Native, native_args: &[&[u8]], cursor: u64) -> Fallback {
+    let (args, outcome) = if cursor != 0 {
+        (plan::restart(n, native_args), Outcome::Restarted)
+    } else {
+        (
+            native_args.iter().map(|a| a.to_vec()).collect(),
+            Outcome::Native,
+        )
+    };
+    Box::new(move |_lock, ctx| {
+        if let Some(m) = state::try_get() {
+            super::uncount_served(&m.native, n);
+        }
+        let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        if let Err(e) = native(ctx, n, &refs, outcome) {
+            let msg = match e {
+                CmdError::Msg(m) => m,
+                CmdError::WrongArity => {
+                    format!("ERR wrong number of arguments for '{}' command", n.name())
+                }
+            };
+            server::reply::Reply::new(ctx).error(&msg);
+        }
+    })
+}
+
+/// Whether the collection at `key` has at most [`SMALL_COLLECTION`]
+/// elements (a missing key counts as small: the native reply is empty).
+fn small(ctx: Ctx, key: &[u8]) -> bool {
+    match server::OwnedString::new(ctx, key) {
+        Some(name) => keys::value_len(ctx, name.ptr()) <= SMALL_COLLECTION,
+        None => false,
+    }
+}
+
+/// Runs the native command `n` with `args` and counts the call as `o`.
+pub(super) fn native(ctx: Ctx, n: Native, args: &[&[u8]], o: Outcome) -> Result<(), CmdError> {
+    if let Some(m) = state::try_get() {
+        super::count(&m.native, n, o);
+    }
+    let name = match n {
+        Native::Scan => c"SCAN",
+        Native::Keys => c"KEYS",
+        Native::Hscan => c"HSCAN",
+        Native::Sscan => c"SSCAN",
+        Native::Zscan => c"ZSCAN",
+    };
+    server::native::forward(ctx, name, args)
+        .map_err(|e| CmdError::msg(format!("ERR snapscan: cannot run {}: {e}", n.name())))
+}
+
+/// The entries of the module commands (one per routed native command).
+pub fn scan(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
+    run(lock, ctx, args, Native::Scan)
+}
+
+pub fn keys(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
+    run(lock, ctx, args, Native::Keys)
+}
+
+pub fn hscan(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
+    run(lock, ctx, args, Native::Hscan)
+}
+
+pub fn sscan(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
+    run(lock, ctx, args, Native::Sscan)
+}
+
+pub fn zscan(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
+    run(lock, ctx, args, Native::Zscan)
+}

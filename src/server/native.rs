@@ -1,0 +1,181 @@
+//! The server side of serving the native commands from snapshots
+//! (`native` decides): registering its command filter, reading and
+//! rewriting the filtered call, the caller's ACL check of the rewritten
+//! call, and running a native command with its reply passed on.
+
+use super::call::CallReply;
+use super::clientdb::FilterCall;
+use super::entry::{command_filter, CommandFilter};
+use super::{api, Ctx, OwnedString};
+use redis_module::raw;
+use std::os::raw::c_int;
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+/// A detached context of this module made at load: RM_GetClientUserNameById
+/// needs a context (a filter has none) and registering a filter after load
+/// needs one of this module. Main thread only; never freed (the module is
+/// never unloaded).
+static MODULE_CTX: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Makes [`MODULE_CTX`] (OnLoad; `ctx` the OnLoad context).
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is the OnLoad context the server passed to the module, live for this call"
+)]
+pub fn init(ctx: Ctx) {
+    if !MODULE_CTX.load(Ordering::Relaxed).is_null() {
+        return;
+    }
+    let Some(get) = api!(RedisModule_GetDetachedThreadSafeContext) else {
+        return;
+    };
+    // SAFETY: ctx is the OnLoad context: the detached context belongs to
+    // this module and lives until freed, which it never is.
+    MODULE_CTX.store(unsafe { get(ctx) }, Ordering::Relaxed);
+}
+
+/// Registers `F` as a command filter (main thread: OnLoad, or a config
+/// change); whether it is registered. Unlike the Valkey 8 workaround's,
+/// it needs no client id from the filter (Redis 7.0 has none).
+pub fn register_filter<F: CommandFilter>() -> bool {
+    let ctx = MODULE_CTX.load(Ordering::Relaxed);
+    let Some(register) = api!(RedisModule_RegisterCommandFilter) else {
+        return false;
+    };
+    if ctx.is_null() || api!(RedisModule_CommandFilterArgGet).is_none() {
+        return false;
+    }
+    // SAFETY: ctx is a context of this module, used on the main thread;
+    // the callback is a valid extern fn that lives as long as the module.
+    // The server appends the filter to its list, read only before a
+    // command runs, never while one (CONFIG SET) does.
+    let f = unsafe {
+        register(
+            ctx,
+            Some(command_filter::<F>),
+            raw::REDISMODULE_CMDFILTER_NOSELF as i32,
+        )
+    };
+    !f.is_null()
+}
+
+/// Whether the server tells a filter which client runs the command.
+pub fn filter_knows_client() -> bool {
+    api!(RedisModule_CommandFilterGetClientId).is_some()
+}
+
+impl FilterCall {
+    /// Arguments of the call, its name included.
+    pub fn len(&self) -> usize {
+        match api!(RedisModule_CommandFilterArgsCount) {
+            // SAFETY: the filter context is live during the callback.
+            Some(f) => unsafe { f(self.0) }.max(0) as usize,
+            None => 0,
+        }
+    }
+
+    /// Whether the call has no arguments at all.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Replaces the argument at `i` (0: the command name) by `bytes`.
+    pub fn replace(&self, i: usize, bytes: &[u8]) {
+        let (Some(create), Some(replace)) = (
+            api!(RedisModule_CreateString),
+            api!(RedisModule_CommandFilterArgReplace),
+        ) else {
+            return;
+        };
+        // SAFETY: a string with no context, owned by us until ArgReplace
+        // takes it over (the server frees it with the call's arguments).
+        let s = unsafe { create(std::ptr::null_mut(), bytes.as_ptr().cast(), bytes.len()) };
+        if !s.is_null() {
+            // SAFETY: the filter context is live; position i exists (the
+            // caller checked `len`).
+            unsafe { replace(self.0, i as c_int, s) };
+        }
+    }
+
+    /// Whether the user of client `id` may run the call with its name
+    /// replaced by `name` (`None`: the server cannot say).
+    pub fn acl_allows_as(&self, id: u64, name: &[u8]) -> Option<bool> {
+        let user_name = api!(RedisModule_GetClientUserNameById)?;
+        let from_name = api!(RedisModule_GetModuleUserFromUserName)?;
+        let free_user = api!(RedisModule_FreeModuleUser)?;
+        let check = api!(RedisModule_ACLCheckCommandPermissions)?;
+        let arg = api!(RedisModule_CommandFilterArgGet)?;
+        let free = api!(RedisModule_FreeString)?;
+        let ctx = MODULE_CTX.load(Ordering::Relaxed);
+        if ctx.is_null() {
+            return None;
+        }
+        // SAFETY: ctx is our detached context (no automatic memory), on
+        // the main thread; the name string is ours and freed below.
+        let uname = unsafe { user_name(ctx, id) };
+        if uname.is_null() {
+            return None;
+        }
+        // SAFETY: uname is a live string; the user handle is ours, freed below.
+        let user = unsafe { from_name(uname) };
+        // SAFETY: created above, not registered for automatic memory: freed once.
+        unsafe { free(ctx, uname) };
+        if user.is_null() {
+            return None;
+        }
+        let allowed = OwnedString::new(std::ptr::null_mut(), name).map(|name| {
+            let argc = self.len();
+            let mut argv: Vec<*mut raw::RedisModuleString> = Vec::with_capacity(argc.max(1));
+            argv.push(name.ptr());
+            // SAFETY: the filter context is live; positions 1..argc exist
+            // and their strings live for the whole callback.
+            argv.extend((1..argc).map(|i| unsafe { arg(self.0, i as c_int) }));
+            // SAFETY: user is a live module user; argv holds argc live strings.
+            (unsafe { check(user, argv.as_mut_ptr(), argv.len() as c_int) })
+                == raw::REDISMODULE_OK as c_int
+        });
+        // SAFETY: the user handle created above, freed once.
+        unsafe { free_user(user) };
+        allowed
+    }
+}
+
+/// Runs the native command `cmd` with `args` as the caller's own call
+/// would (same database, same protocol) and passes its reply, errors
+/// included, to the client of `ctx`. The module's filters do not see
+/// this call (they are registered NOSELF), so it is never routed again.
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is the context the server passed to the running command callback"
+)]
+pub fn forward(ctx: Ctx, cmd: &std::ffi::CStr, args: &[&[u8]]) -> Result<(), String> {
+    let call = api!(RedisModule_Call).ok_or("no RM_Call")?;
+    let reply_with = api!(RedisModule_ReplyWithCallReply).ok_or("no ReplyWithCallReply")?;
+    let strings: Vec<OwnedString> = args
+        .iter()
+        .map(|a| OwnedString::new(ctx, a).ok_or("out of memory"))
+        .collect::<Result<_, _>>()?;
+    let mut argv: Vec<*mut raw::RedisModuleString> = strings.iter().map(|s| s.ptr()).collect();
+    // SAFETY: ctx is the live command context; "v0E" consumes an array of
+    // live strings and its length, exactly as passed ("0": the caller's
+    // protocol, "E": errors come back as replies).
+    let r = unsafe {
+        call(
+            ctx,
+            cmd.as_ptr(),
+            c"v0E".as_ptr(),
+            argv.as_mut_ptr(),
+            argv.len(),
+        )
+    };
+    let r = CallReply::new(r).ok_or_else(|| {
+        format!(
+            "the server refused the call ({})",
+            std::io::Error::last_os_error()
+        )
+    })?;
+    // SAFETY: ctx is live; r is a live reply, copied into the client's
+    // reply (then freed by CallReply's drop).
+    unsafe { reply_with(ctx, r.0) };
+    Ok(())
+}

@@ -1,0 +1,759 @@
+//! `snapshot.serve-native`: SCAN, KEYS, HSCAN, SSCAN, ZSCAN answered from
+//! snapshots through the module's command filter, one test per sentence of
+//! the README's "Serving the native commands" contract.
+//!
+//! Ground truth is the native command on the same quiet database, with the
+//! mode off (`CONFIG SET snapshot.serve-native none`).
+mod common;
+
+use common::cluster::{node_opts, Cluster};
+use common::*;
+use redis::Connection;
+use rstest::rstest;
+use std::collections::BTreeSet;
+
+const ISSUED: u64 = 1 << 62;
+
+fn server_with(mode: &str) -> Server {
+    Server::start_with(ServerOpts::new().module_args(&["serve-native", mode]))
+}
+
+fn set_mode(con: &mut Connection, mode: &str) {
+    let _: () = query(con, &["CONFIG", "SET", "snapshot.serve-native", mode]).unwrap();
+}
+
+fn mode(con: &mut Connection) -> String {
+    let v: Vec<String> = query(con, &["CONFIG", "GET", "snapshot.serve-native"]).unwrap();
+    v.get(1).cloned().unwrap_or_default()
+}
+
+fn fill(con: &mut Connection, prefix: &str, n: usize) {
+    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+        let mut c = redis::cmd("MSET");
+        for i in chunk {
+            c.arg(format!("{prefix}{i:06}")).arg(i);
+        }
+        let _: () = c.query(con).unwrap();
+    }
+}
+
+/// `SCAN` from 0 to the end; the keys (set) and the number of calls.
+fn scan_all(con: &mut Connection, extra: &[&str]) -> (BTreeSet<Vec<u8>>, usize, Vec<u64>) {
+    let (mut cursor, mut keys, mut calls, mut cursors) =
+        ("0".to_string(), BTreeSet::new(), 0, vec![]);
+    loop {
+        let (next, page): (String, Vec<Vec<u8>>) = redis::cmd("SCAN")
+            .arg(&cursor)
+            .arg(extra)
+            .query(con)
+            .unwrap_or_else(|e| panic!("SCAN {cursor} {extra:?}: {e}"));
+        calls += 1;
+        keys.extend(page);
+        let n: u64 = next.parse().expect("decimal cursor");
+        assert!(n < 1 << 63, "cursor {n} at or above 2^63");
+        cursors.push(n);
+        if next == "0" {
+            return (keys, calls, cursors);
+        }
+        assert!(calls < 1_000_000, "SCAN did not end");
+        cursor = next;
+    }
+}
+
+fn served(con: &mut Connection, cmd: &str) -> u64 {
+    info_u64(con, &format!("snapshot_native_{cmd}_served"))
+}
+
+fn natively(con: &mut Connection, cmd: &str) -> u64 {
+    info_u64(con, &format!("snapshot_native_{cmd}_native"))
+}
+
+#[rstest]
+#[case::none("none", "none")]
+#[case::all("all", "all")]
+#[case::one("scan", "scan")]
+#[case::several("keys scan", "scan keys")]
+#[case::any_case("HSCAN zscan", "hscan zscan")]
+fn the_mode_is_set_at_load(#[case] given: &str, #[case] shown: &str) {
+    let s = server_with(given);
+    let mut c = s.client();
+    assert_eq!(mode(&mut c), shown);
+}
+
+#[test]
+fn the_mode_is_off_by_default_and_set_by_config_file_and_config_set() {
+    let s = Server::start();
+    let mut c = s.client();
+    assert_eq!(mode(&mut c), "none");
+    set_mode(&mut c, "scan sscan");
+    assert_eq!(mode(&mut c), "scan sscan");
+    set_mode(&mut c, "all");
+    assert_eq!(mode(&mut c), "all");
+    let e = query::<()>(&mut c, &["CONFIG", "SET", "snapshot.serve-native", "bogus"])
+        .expect_err("refused");
+    assert!(err_text(&e).contains("snapshot.serve-native"), "{e}");
+    assert_eq!(mode(&mut c), "all");
+    set_mode(&mut c, "none");
+    assert_eq!(mode(&mut c), "none");
+    drop(c);
+    let f = Server::start_with(ServerOpts::new().config("snapshot.serve-native", "keys hscan"));
+    let mut c = f.client();
+    assert_eq!(mode(&mut c), "keys hscan");
+    // Served from the start (the command filter registered at load).
+    fill(&mut c, "k:", 10);
+    let keys: Vec<String> = query(&mut c, &["KEYS", "k:*"]).unwrap();
+    assert_eq!(keys.len(), 10);
+    assert_eq!(served(&mut c, "keys"), 1);
+}
+
+#[test]
+fn a_bad_load_argument_refuses_the_load() {
+    let s = Server::start_with(ServerOpts::without_module());
+    let e = s
+        .module_load(&["serve-native", "scan,keys"])
+        .expect_err("refused");
+    assert!(!err_text(&e).is_empty());
+    assert!(
+        s.log_tail(50).contains("serve-native"),
+        "{}",
+        s.log_tail(50)
+    );
+}
+
+#[test]
+fn scan_is_served_from_snapshots_with_the_native_key_set() {
+    let s = Server::start();
+    let mut c = s.client();
+    fill(&mut c, "k:", 3000);
+    fill(&mut c, "other:", 500);
+    let (native, _, native_cursors) = scan_all(&mut c, &["COUNT", "10"]);
+    assert!(native_cursors.iter().all(|&n| n < ISSUED));
+    let (native_m, _, _) = scan_all(&mut c, &["MATCH", "k:*1*", "COUNT", "10"]);
+    let before = info_u64(&mut c, "snapshot_scans_served");
+    set_mode(&mut c, "scan");
+    let (got, calls, cursors) = scan_all(&mut c, &["COUNT", "10"]);
+    assert_eq!(got, native);
+    // Bigger pages than COUNT: fewer round trips than the native loop.
+    assert!(calls <= 3500 / 100 + 1, "{calls} calls");
+    assert!(cursors[..cursors.len() - 1].iter().all(|&n| n >= ISSUED));
+    let (got_m, _, _) = scan_all(&mut c, &["MATCH", "k:*1*", "COUNT", "10"]);
+    assert_eq!(got_m, native_m);
+    assert!(served(&mut c, "scan") >= calls as u64);
+    assert!(info_u64(&mut c, "snapshot_scans_served") >= before + calls as u64);
+}
+
+/// Item 2: a cursor sent again returns the same page, and either next
+/// cursor goes on to the end.
+#[test]
+fn a_cursor_sent_again_returns_the_same_page() {
+    let s = server_with("scan");
+    let mut c = s.client();
+    fill(&mut c, "k:", 1000);
+    let (all, _, _) = scan_all(&mut c, &[]);
+    let (c1, first): (String, Vec<Vec<u8>>) = query(&mut c, &["SCAN", "0", "COUNT", "10"]).unwrap();
+    let (n1, p1): (String, Vec<Vec<u8>>) = query(&mut c, &["SCAN", &c1, "COUNT", "10"]).unwrap();
+    let (n2, p2): (String, Vec<Vec<u8>>) = query(&mut c, &["SCAN", &c1, "COUNT", "10"]).unwrap();
+    assert_eq!(p1, p2, "the same page again");
+    assert!(!p1.is_empty());
+    for next in [n1, n2] {
+        let mut keys: BTreeSet<Vec<u8>> = first.iter().chain(&p1).cloned().collect();
+        let mut cursor = next;
+        while cursor != "0" {
+            let (n, p): (String, Vec<Vec<u8>>) = query(&mut c, &["SCAN", &cursor]).unwrap();
+            keys.extend(p);
+            cursor = n;
+        }
+        assert_eq!(keys, all);
+    }
+}
+
+/// Item 3: a cursor snapscan did not issue continues natively.
+#[test]
+fn a_native_cursor_continues_natively() {
+    let s = Server::start();
+    let mut c = s.client();
+    fill(&mut c, "k:", 2000);
+    let (all, _, _) = scan_all(&mut c, &[]);
+    let (c1, first): (String, Vec<Vec<u8>>) = query(&mut c, &["SCAN", "0", "COUNT", "10"]).unwrap();
+    assert_ne!(c1, "0");
+    set_mode(&mut c, "all");
+    let before = natively(&mut c, "scan");
+    let mut keys: BTreeSet<Vec<u8>> = first.into_iter().collect();
+    let mut cursor = c1;
+    let mut calls = 0;
+    while cursor != "0" {
+        let (n, p): (String, Vec<Vec<u8>>) =
+            query(&mut c, &["SCAN", &cursor, "COUNT", "10"]).unwrap();
+        let v: u64 = n.parse().unwrap();
+        assert!(v < ISSUED, "a native iteration stays native: {v}");
+        keys.extend(p);
+        cursor = n;
+        calls += 1;
+    }
+    assert_eq!(keys, all);
+    assert_eq!(natively(&mut c, "scan"), before + calls);
+}
+
+/// Item 3: an issued cursor whose iteration is gone (here: never known to
+/// this server, as after a restart or a failover; and expired for a client
+/// slow on every call) restarts natively at 0: every key comes back, the
+/// loop ends, nothing is an error.
+#[rstest]
+#[case::never_known(false)]
+#[case::expired(true)]
+fn a_lost_iteration_restarts_natively_and_ends(#[case] expire: bool) {
+    let s = server_with("scan");
+    let mut c = s.client();
+    fill(&mut c, "k:", 1500);
+    let (all, _, _) = scan_all(&mut c, &[]);
+    let cursor = if expire {
+        let _: () = query(
+            &mut c,
+            &["CONFIG", "SET", "snapshot.cursor-idle-timeout", "1"],
+        )
+        .unwrap();
+        let (c1, _): (String, Vec<Vec<u8>>) = query(&mut c, &["SCAN", "0"]).unwrap();
+        let before = info_u64(&mut c, "snapshot_cursors_expired");
+        wait_until(
+            "the cursor to expire",
+            std::time::Duration::from_secs(10),
+            || info_u64(&mut c, "snapshot_cursors_expired") > before,
+        );
+        c1
+    } else {
+        (ISSUED + 12345).to_string()
+    };
+    let before = info_u64(&mut c, "snapshot_native_scan_restarted");
+    let mut keys = BTreeSet::new();
+    let mut cursor = cursor;
+    let mut calls = 0;
+    while cursor != "0" {
+        let (n, p): (String, Vec<Vec<u8>>) =
+            query(&mut c, &["SCAN", &cursor, "COUNT", "100"]).unwrap();
+        keys.extend(p);
+        cursor = n;
+        calls += 1;
+        assert!(calls < 10_000, "the iteration does not end");
+    }
+    assert_eq!(keys, all, "every key that existed throughout");
+    assert_eq!(
+        info_u64(&mut c, "snapshot_native_scan_restarted"),
+        before + 1
+    );
+}
+
+/// Item 4: inside MULTI/EXEC, Lua and functions the commands behave as
+/// native: the same replies as with the mode off, native cursors.
+#[test]
+fn multi_scripts_and_functions_behave_as_native() {
+    let s = Server::start();
+    let mut c = s.client();
+    fill(&mut c, "k:", 300);
+    let _: () = query(&mut c, &["HSET", "h", "f1", "v1", "f2", "v2"]).unwrap();
+    let _: () = query(&mut c, &["SADD", "s", "a", "b"]).unwrap();
+    let _: () = query(&mut c, &["ZADD", "z", "1", "a"]).unwrap();
+    let lib = "#!lua name=nlib\nredis.register_function{function_name='nscan', callback=function(keys, args) return redis.call('SCAN', args[1], 'COUNT', '5') end, flags={'no-writes'}}";
+    let _: String = query(&mut c, &["FUNCTION", "LOAD", lib]).unwrap();
+    let run = |c: &mut Connection| -> Vec<redis::Value> {
+        let mut out = Vec::new();
+        let mut p = redis::pipe();
+        p.atomic()
+            .cmd("SCAN")
+            .arg("0")
+            .arg("COUNT")
+            .arg("5")
+            .cmd("KEYS")
+            .arg("k:00001*")
+            .cmd("HSCAN")
+            .arg("h")
+            .arg("0")
+            .cmd("SSCAN")
+            .arg("s")
+            .arg("0")
+            .cmd("ZSCAN")
+            .arg("z")
+            .arg("0");
+        let v: Vec<redis::Value> = p.query(c).unwrap();
+        out.extend(v);
+        let e: redis::Value = query(
+            c,
+            &[
+                "EVAL",
+                "return redis.call('SCAN', ARGV[1], 'COUNT', '5')",
+                "0",
+                "0",
+            ],
+        )
+        .unwrap();
+        out.push(e);
+        let e: redis::Value =
+            query(c, &["EVAL", "return redis.call('KEYS', 'k:00002*')", "0"]).unwrap();
+        out.push(e);
+        let f: redis::Value = query(c, &["FCALL", "nscan", "0", "0"]).unwrap();
+        out.push(f);
+        out
+    };
+    // The same replies; the order inside a page may differ between two
+    // native calls (bucket chains), so pages compare as sets.
+    fn norm(v: &redis::Value) -> redis::Value {
+        match v {
+            redis::Value::Array(a) if a.len() == 2 && matches!(a[1], redis::Value::Array(_)) => {
+                redis::Value::Array(vec![a[0].clone(), norm(&a[1])])
+            }
+            redis::Value::Array(a) => {
+                let mut a = a.clone();
+                a.sort_by_key(|x| format!("{x:?}"));
+                redis::Value::Array(a)
+            }
+            other => other.clone(),
+        }
+    }
+    let native: Vec<redis::Value> = run(&mut c).iter().map(norm).collect();
+    set_mode(&mut c, "all");
+    let got: Vec<redis::Value> = run(&mut c).iter().map(norm).collect();
+    assert_eq!(got, native);
+    for v in &got {
+        if let redis::Value::Array(a) = v {
+            if let Some(redis::Value::BulkString(cur)) = a.first() {
+                let n: u64 = String::from_utf8_lossy(cur).parse().unwrap_or(0);
+                assert!(n < ISSUED, "a native cursor: {n}");
+            }
+        }
+    }
+}
+
+/// Whether the server tells a command filter which client runs the
+/// command (Redis 7.2+, Valkey): ACL decisions are then taken per user.
+fn filter_knows_the_client(s: &Server) -> bool {
+    s.is_valkey() || s.version() >= (7, 2, 0)
+}
+
+fn login(s: &Server, user: &str) -> Connection {
+    let mut c = s.client();
+    let _: () = query(&mut c, &["AUTH", user, "pw"]).unwrap();
+    c
+}
+
+/// Item 5: ACL. A user who may run the native command gets it, served
+/// from a snapshot when its categories allow the module command (which has
+/// the native command's), natively otherwise; a user who may not gets the
+/// native NOPERM; key permissions apply as natively.
+#[test]
+fn acl_permissions_are_the_native_commands() {
+    let s = server_with("all");
+    let mut c = s.client();
+    fill(&mut c, "k:", 200);
+    let _: () = query(&mut c, &["HSET", "secret:h", "f", "v"]).unwrap();
+    for (user, rules) in [
+        ("cat", &["+@keyspace", "+@read", "~*"][..]),
+        ("only", &["+scan", "+keys", "+hscan", "~*"][..]),
+        ("none", &["+get", "~*"][..]),
+        ("keyed", &["+@read", "+@keyspace", "%R~k:*"][..]),
+    ] {
+        let mut args = vec!["ACL", "SETUSER", user, "on", ">pw", "+info", "+config|set"];
+        args.extend_from_slice(rules);
+        let _: () = query(&mut c, &args).unwrap();
+    }
+    let (all, _, _) = scan_all(&mut c, &[]);
+    let knows = filter_knows_the_client(&s);
+
+    // Served from a snapshot, without any SNAPSHOT.* permission.
+    let mut cat = login(&s, "cat");
+    if knows {
+        let before = served(&mut c, "scan");
+        assert_eq!(scan_all(&mut cat, &[]).0, all);
+        assert!(served(&mut c, "scan") > before);
+        let _: Vec<String> = query(&mut cat, &["KEYS", "k:*"]).unwrap();
+    } else {
+        // Redis 7.0: module commands have no ACL categories and the filter
+        // cannot tell the user: the module command's own NOPERM.
+        let e = expect_err(&mut cat, &["SCAN", "0"]);
+        assert!(
+            e.contains("NOPERM") && e.contains("snapshot.native-scan"),
+            "{e}"
+        );
+    }
+
+    // Allowed the native commands by name only: native behaviour (the
+    // filter leaves the call alone), never an error.
+    let mut only = login(&s, "only");
+    if knows {
+        let before = natively(&mut c, "scan") + served(&mut c, "scan");
+        assert_eq!(scan_all(&mut only, &[]).0, all);
+        assert_eq!(
+            natively(&mut c, "scan") + served(&mut c, "scan"),
+            before,
+            "left to SCAN itself"
+        );
+        let mut keys: Vec<String> = query(&mut only, &["KEYS", "k:00000*"]).unwrap();
+        keys.sort();
+        assert_eq!(keys.len(), 10);
+    }
+
+    // Not allowed: the native NOPERM, naming the native command.
+    let mut none = login(&s, "none");
+    for (args, name) in [
+        (&["SCAN", "0"][..], "scan"),
+        (&["KEYS", "*"][..], "keys"),
+        (&["HSCAN", "secret:h", "0"][..], "hscan"),
+    ] {
+        let e = expect_err(&mut none, args);
+        assert!(e.starts_with("NOPERM"), "{args:?}: {e}");
+        if knows {
+            assert!(e.to_lowercase().contains(name), "{args:?}: {e}");
+            assert!(!e.contains("snapshot."), "{args:?}: {e}");
+        }
+    }
+
+    // Key permissions: as natively.
+    if knows {
+        let mut keyed = login(&s, "keyed");
+        let e = expect_err(&mut keyed, &["HSCAN", "secret:h", "0"]);
+        set_mode(&mut c, "none");
+        let native_e = expect_err(&mut keyed, &["HSCAN", "secret:h", "0"]);
+        assert_eq!(e, native_e);
+        assert!(e.starts_with("NOPERM"), "{e}");
+    }
+}
+
+/// KEYS is served from a snapshot: the native reply's key set.
+#[test]
+fn keys_is_served_from_a_snapshot() {
+    let s = Server::start();
+    let mut c = s.client();
+    fill(&mut c, "k:", 5000);
+    fill(&mut c, "x:", 100);
+    let mut native: Vec<Vec<u8>> = query(&mut c, &["KEYS", "k:*1*"]).unwrap();
+    native.sort();
+    let mut direct: Vec<Vec<u8>> = query(&mut c, &["SNAPSHOT.KEYS", "k:*1*"]).unwrap();
+    direct.sort();
+    assert_eq!(direct, native);
+    set_mode(&mut c, "keys");
+    let before = served(&mut c, "keys");
+    let mut got: Vec<Vec<u8>> = query(&mut c, &["KEYS", "k:*1*"]).unwrap();
+    got.sort();
+    assert_eq!(got, native);
+    let mut every: Vec<Vec<u8>> = query(&mut c, &["KEYS", "*"]).unwrap();
+    every.sort();
+    assert_eq!(every.len(), 5100);
+    assert_eq!(served(&mut c, "keys"), before + 2);
+    // Arity errors are the native command's.
+    let e = expect_err(&mut c, &["KEYS"]);
+    assert!(e.contains("'keys'"), "{e}");
+    let e = expect_err(&mut c, &["KEYS", "a", "b"]);
+    assert!(e.contains("'keys'"), "{e}");
+}
+
+fn coll_all(con: &mut Connection, cmd: &str, key: &str, extra: &[&str]) -> (Vec<Vec<u8>>, usize) {
+    let (mut cursor, mut out, mut calls) = ("0".to_string(), Vec::new(), 0);
+    loop {
+        let (next, page): (String, Vec<Vec<u8>>) = redis::cmd(cmd)
+            .arg(key)
+            .arg(&cursor)
+            .arg(extra)
+            .query(con)
+            .unwrap_or_else(|e| panic!("{cmd} {key} {cursor}: {e}"));
+        calls += 1;
+        out.extend(page);
+        assert!(next.parse::<u64>().unwrap() < 1 << 63);
+        if next == "0" {
+            return (out, calls);
+        }
+        assert!(calls < 100_000);
+        cursor = next;
+    }
+}
+
+/// Pairs (or single elements) of a collection reply, sorted.
+fn elements(flat: &[Vec<u8>], pairs: bool) -> Vec<Vec<Vec<u8>>> {
+    let step = if pairs { 2 } else { 1 };
+    let mut v: Vec<Vec<Vec<u8>>> = flat.chunks(step).map(<[Vec<u8>]>::to_vec).collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// HSCAN, SSCAN, ZSCAN: a large collection is served from a snapshot with
+/// the native elements, in fewer calls than natively; a small one comes
+/// back whole at cursor 0, natively; a cursor sent again gets its page.
+#[rstest]
+#[case::hscan("hscan", &[][..], true)]
+#[case::hscan_novalues("hscan", &["NOVALUES"][..], false)]
+#[case::sscan("sscan", &[][..], false)]
+#[case::zscan("zscan", &[][..], true)]
+fn collections_are_served_from_snapshots(
+    #[case] cmd: &str,
+    #[case] extra: &[&str],
+    #[case] pairs: bool,
+) {
+    let s = Server::start();
+    let mut c = s.client();
+    if extra.contains(&"NOVALUES") && !s.is_valkey() && s.version() < (7, 4, 0) {
+        return; // HSCAN NOVALUES came with Redis 7.4 / Valkey 8.
+    }
+    for (key, n) in [("big", 3000), ("small", 50)] {
+        for i in 0..n {
+            let m = format!("m{i:05}");
+            let _: () = match cmd {
+                "hscan" => query(&mut c, &["HSET", key, &m, "v"]),
+                "sscan" => query(&mut c, &["SADD", key, &m]),
+                _ => query(&mut c, &["ZADD", key, &i.to_string(), &m]),
+            }
+            .unwrap();
+        }
+    }
+    let mut extra10 = extra.to_vec();
+    extra10.extend(["COUNT", "10"]);
+    let (native_big, native_calls) = coll_all(&mut c, cmd, "big", &extra10);
+    let (native_small, native_small_calls) = coll_all(&mut c, cmd, "small", &extra10);
+    set_mode(&mut c, "all");
+    let before = served(&mut c, cmd);
+    let scans_before = info_u64(&mut c, "snapshot_scans_served");
+    let (big, calls) = coll_all(&mut c, cmd, "big", &extra10);
+    assert_eq!(elements(&big, pairs), elements(&native_big, pairs));
+    assert_eq!(elements(&big, pairs).len(), 3000);
+    assert!(
+        calls < native_calls,
+        "{calls} calls, natively {native_calls}"
+    );
+    assert!(served(&mut c, cmd) >= before + calls as u64);
+    assert!(info_u64(&mut c, "snapshot_scans_served") >= scans_before + calls as u64);
+    let nat_before = natively(&mut c, cmd);
+    let (small, calls) = coll_all(&mut c, cmd, "small", &extra10);
+    assert_eq!(small, native_small);
+    // Whole at cursor 0 where the native command answers so (listpack,
+    // intset): never more round trips than natively.
+    assert_eq!(calls, native_small_calls);
+    // Cursor 0 and any native continuation (a hashtable-encoded small set
+    // on Redis 7.0) go to the native command.
+    assert_eq!(natively(&mut c, cmd), nat_before + calls as u64);
+    // Retry.
+    let (c1, _): (String, Vec<Vec<u8>>) = redis::cmd(cmd)
+        .arg("big")
+        .arg("0")
+        .arg(extra)
+        .query(&mut c)
+        .unwrap();
+    assert!(c1.parse::<u64>().unwrap() >= ISSUED);
+    let a: (String, Vec<Vec<u8>>) = redis::cmd(cmd)
+        .arg("big")
+        .arg(&c1)
+        .arg(extra)
+        .query(&mut c)
+        .unwrap();
+    let b: (String, Vec<Vec<u8>>) = redis::cmd(cmd)
+        .arg("big")
+        .arg(&c1)
+        .arg(extra)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(a.1, b.1);
+    assert!(!a.1.is_empty());
+    // Errors are the native ones.
+    let _: () = query(&mut c, &["SET", "str", "x"]).unwrap();
+    let e = expect_err(&mut c, &[cmd, "str", "0"]);
+    assert!(e.starts_with("WRONGTYPE"), "{e}");
+    let e = expect_err(&mut c, &[cmd, "big"]);
+    assert!(e.contains(&format!("'{cmd}'")), "{e}");
+}
+
+/// Item 7: switching the mode at runtime never breaks an iteration in
+/// flight: one begun from snapshots goes on from them after the mode is
+/// switched off; one begun natively stays native after it is switched on
+/// (see `a_native_cursor_continues_natively`).
+#[test]
+fn switching_the_mode_off_mid_iteration_breaks_nothing() {
+    let s = server_with("all");
+    let mut c = s.client();
+    fill(&mut c, "k:", 2000);
+    for i in 0..1000 {
+        let _: () = query(&mut c, &["HSET", "h", &format!("f{i}"), "v"]).unwrap();
+    }
+    let (all, _, _) = scan_all(&mut c, &[]);
+    let (c1, first): (String, Vec<Vec<u8>>) = query(&mut c, &["SCAN", "0"]).unwrap();
+    let (h1, hfirst): (String, Vec<Vec<u8>>) = query(&mut c, &["HSCAN", "h", "0"]).unwrap();
+    assert!(c1.parse::<u64>().unwrap() >= ISSUED);
+    assert!(h1.parse::<u64>().unwrap() >= ISSUED);
+    set_mode(&mut c, "none");
+    let mut keys: BTreeSet<Vec<u8>> = first.into_iter().collect();
+    let mut cursor = c1;
+    while cursor != "0" {
+        let (n, p): (String, Vec<Vec<u8>>) = query(&mut c, &["SCAN", &cursor]).unwrap();
+        keys.extend(p);
+        cursor = n;
+    }
+    assert_eq!(keys, all);
+    let mut fields: BTreeSet<Vec<u8>> = hfirst.chunks(2).map(|p| p[0].clone()).collect();
+    let mut cursor = h1;
+    while cursor != "0" {
+        let (n, p): (String, Vec<Vec<u8>>) = query(&mut c, &["HSCAN", "h", &cursor]).unwrap();
+        fields.extend(p.chunks(2).map(|p| p[0].clone()));
+        cursor = n;
+    }
+    assert_eq!(fields.len(), 1000);
+    // With the mode off, a new iteration is native again.
+    let (c2, _): (String, Vec<Vec<u8>>) = query(&mut c, &["SCAN", "0"]).unwrap();
+    assert!(c2.parse::<u64>().unwrap() < ISSUED);
+}
+
+/// Item 7: a cluster client's SCAN loop per node gets exactly each node's
+/// keys; a cursor sent to the wrong node restarts there natively.
+#[test]
+fn cluster_clients_scan_each_node() {
+    let cl = Cluster::start_with(3, 0, node_opts().module_args(&["serve-native", "all"]));
+    let mut cc = cl.client();
+    common::cluster::fill(&mut cc, "k:", 600);
+    let mut total = 0;
+    for node in &cl.nodes {
+        let mut c = node.client();
+        let dbsize: usize = query(&mut c, &["DBSIZE"]).unwrap();
+        let (keys, _, _) = scan_all(&mut c, &["COUNT", "10"]);
+        assert_eq!(keys.len(), dbsize);
+        assert!(served(&mut c, "scan") > 0);
+        total += keys.len();
+    }
+    assert_eq!(total, 600);
+    // A cursor of node 0 sent to node 1.
+    let (c0, _): (String, Vec<Vec<u8>>) =
+        query(&mut cl.nodes[0].client(), &["SCAN", "0", "COUNT", "10"]).unwrap();
+    let mut c = cl.nodes[1].client();
+    let dbsize: usize = query(&mut c, &["DBSIZE"]).unwrap();
+    let mut keys = BTreeSet::new();
+    let mut cursor = c0;
+    while cursor != "0" {
+        let (n, p): (String, Vec<Vec<u8>>) = query(&mut c, &["SCAN", &cursor]).unwrap();
+        keys.extend(p);
+        cursor = n;
+    }
+    assert_eq!(keys.len(), dbsize);
+}
+
+/// Item 6: what operators see. INFO commandstats and SLOWLOG show the
+/// module command (`snapshot.native-scan`), MONITOR the rewritten call.
+#[test]
+fn operators_see_the_module_command() {
+    use std::io::{BufRead, BufReader, Write};
+    let s = server_with("scan keys");
+    let mut c = s.client();
+    fill(&mut c, "k:", 300);
+    let _: () = query(&mut c, &["CONFIG", "SET", "slowlog-log-slower-than", "0"]).unwrap();
+    let _: () = query(&mut c, &["SLOWLOG", "RESET"]).unwrap();
+    let _: () = query(&mut c, &["CONFIG", "RESETSTAT"]).unwrap();
+    let mut mon = std::net::TcpStream::connect(("127.0.0.1", s.port())).unwrap();
+    mon.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    mon.write_all(b"MONITOR\r\n").unwrap();
+    let mut lines = BufReader::new(mon.try_clone().unwrap());
+    let mut line = String::new();
+    lines.read_line(&mut line).unwrap();
+    assert!(line.starts_with("+OK"), "{line}");
+    let _: (String, Vec<String>) = query(&mut c, &["SCAN", "0", "COUNT", "10"]).unwrap();
+    let _: Vec<String> = query(&mut c, &["KEYS", "k:00001*"]).unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        line.clear();
+        lines.read_line(&mut line).unwrap();
+        if line.contains("\"snapshot.native-") {
+            seen.push(line.clone());
+        }
+        assert!(!line.is_empty(), "MONITOR ended");
+    }
+    assert!(
+        seen[0].contains("\"snapshot.native-scan\" \"0\" \"COUNT\" \"10\""),
+        "{seen:?}"
+    );
+    assert!(
+        seen[1].contains("\"snapshot.native-keys\" \"k:00001*\""),
+        "{seen:?}"
+    );
+    let stats = cmd_str(&mut c, &["INFO", "commandstats"]);
+    assert!(
+        stats.contains("cmdstat_snapshot.native-scan:calls=1,"),
+        "{stats}"
+    );
+    assert!(
+        stats.contains("cmdstat_snapshot.native-keys:calls=1,"),
+        "{stats}"
+    );
+    assert!(!stats.contains("cmdstat_scan:"), "{stats}");
+    let log: Vec<redis::Value> = query(&mut c, &["SLOWLOG", "GET", "128"]).unwrap();
+    let text = format!("{log:?}");
+    assert!(text.contains("snapshot.native-scan"), "{text}");
+}
+
+/// Item 5: the module commands carry the native commands' ACL categories
+/// (where the server lets modules set them: Redis 7.2+, Valkey) and
+/// SNAPSHOT.KEYS is documented like the other commands.
+#[rstest]
+#[case("snapshot.native-scan", "scan")]
+#[case("snapshot.native-keys", "keys")]
+#[case("snapshot.keys", "keys")]
+#[case("snapshot.native-hscan", "hscan")]
+#[case("snapshot.native-sscan", "sscan")]
+#[case("snapshot.native-zscan", "zscan")]
+fn module_commands_have_the_native_acl_categories(#[case] module: &str, #[case] native: &str) {
+    let s = Server::start();
+    let mut c = s.client();
+    let categories = |c: &mut Connection, name: &str| -> Vec<String> {
+        let v: Vec<Vec<redis::Value>> = query(c, &["COMMAND", "INFO", name]).unwrap();
+        let info = &v[0];
+        let mut cats: Vec<String> = match &info[6] {
+            redis::Value::Array(a) | redis::Value::Set(a) => a
+                .iter()
+                .map(|x| redis::from_redis_value::<String>(x).unwrap())
+                .collect(),
+            other => panic!("{name}: categories {other:?}"),
+        };
+        cats.sort();
+        cats
+    };
+    let want = categories(&mut c, native);
+    if filter_knows_the_client(&s) {
+        assert_eq!(categories(&mut c, module), want, "{module}");
+    }
+    let docs: Vec<redis::Value> = query(&mut c, &["COMMAND", "DOCS", module]).unwrap();
+    assert_eq!(docs.len(), 2, "{module} has docs");
+}
+
+/// A call that fails after its client was blocked (a large collection
+/// whose sliced copy grows past `snapshot.collection-memory-limit` after
+/// its first slice) is answered by the native command, as a failure before
+/// blocking is: the native elements, native cursors, never a snapscan
+/// error; counted as answered natively, not as served.
+#[rstest]
+#[case::hscan("hscan", true)]
+#[case::sscan("sscan", false)]
+#[case::zscan("zscan", true)]
+fn a_copy_failing_while_the_client_waits_is_answered_natively(
+    #[case] cmd: &str,
+    #[case] pairs: bool,
+) {
+    let s = server_with("all");
+    let mut c = s.client();
+    const N: usize = 5_000;
+    for chunk in (0..N).collect::<Vec<_>>().chunks(500) {
+        let mut p = redis::pipe();
+        for &i in chunk {
+            let m = format!("m{i:05}{}", "x".repeat(40));
+            match cmd {
+                "hscan" => p.cmd("HSET").arg("big").arg(m).arg("v").ignore(),
+                "sscan" => p.cmd("SADD").arg("big").arg(m).ignore(),
+                _ => p.cmd("ZADD").arg("big").arg(i).arg(m).ignore(),
+            };
+        }
+        let _: () = p.query(&mut c).unwrap();
+    }
+    // A first slice of 100 elements fits; the whole copy does not.
+    config_set(&mut c, "snapshot.hash-copy-batch", "100");
+    config_set(&mut c, "snapshot.collection-memory-limit", "65536");
+    let snapshot_cmd = format!("SNAPSHOT.{}", cmd.to_uppercase());
+    let e = expect_err(&mut c, &[&snapshot_cmd, "big", "0"]);
+    assert!(e.contains("snapshot.collection-memory-limit"), "{e}");
+    let (nat0, served0) = (natively(&mut c, cmd), served(&mut c, cmd));
+    let (got, calls) = coll_all(&mut c, cmd, "big", &["COUNT", "1000"]);
+    assert_eq!(elements(&got, pairs).len(), N, "every element, natively");
+    assert_eq!(natively(&mut c, cmd), nat0 + calls as u64);
+    assert_eq!(served(&mut c, cmd), served0, "none counted as served");
+    assert_eq!(info_u64(&mut c, "snapshot_hash_snapshot_bytes"), 0);
+    assert_eq!(cmd_str(&mut c, &["PING"]), "PONG");
+}
