@@ -53,9 +53,11 @@ pub static INDEX_IDLE_TIMEOUT: AtomicI64 = AtomicI64::new(0);
 /// (kept by open SNAPSHOT.SCAN iterations) may hold; 0 = no absolute limit.
 pub static MAX_RETAINED_BYTES: AtomicI64 = AtomicI64::new(0);
 
-/// `snapshot.max-retained-percent`: the same limit relative to the live
-/// index, in percent of its node bytes (at least [`RETAINED_FLOOR`]);
-/// 0 = no relative limit. With both set, the smaller applies.
+/// `snapshot.max-retained-percent`: the same limit relative to the index:
+/// live and retained bytes together stay within (100 + this) percent of
+/// the largest live index since the oldest open iteration began (retained
+/// bytes at least [`RETAINED_FLOOR`]); 0 = no relative limit. With both
+/// set, the smaller applies.
 pub static MAX_RETAINED_PERCENT: AtomicI64 = AtomicI64::new(50);
 
 /// The least a relative limit allows, so that a small index does not end
@@ -69,7 +71,7 @@ pub enum RetainedSource {
     None,
     /// `snapshot.max-retained-bytes`.
     Bytes,
-    /// `snapshot.max-retained-percent` of the live index.
+    /// `snapshot.max-retained-percent` of the index's peak.
     Percent,
     /// `snapshot.max-retained-percent`, raised to [`RETAINED_FLOOR`].
     Floor,
@@ -85,15 +87,51 @@ impl RetainedSource {
             RetainedSource::Floor => "max-retained-percent-floor",
         }
     }
+
+    /// The setting, as the error of an ended iteration names it.
+    pub fn setting(self) -> &'static str {
+        match self {
+            RetainedSource::None | RetainedSource::Bytes => "snapshot.max-retained-bytes",
+            RetainedSource::Percent => "snapshot.max-retained-percent",
+            RetainedSource::Floor => "snapshot.max-retained-percent, at its 4 MiB floor",
+        }
+    }
+
+    /// A tag for the registry's memory of ended iterations.
+    pub fn tag(self) -> u8 {
+        self as u8
+    }
+
+    pub fn from_tag(t: u8) -> Self {
+        [
+            RetainedSource::None,
+            RetainedSource::Bytes,
+            RetainedSource::Percent,
+            RetainedSource::Floor,
+        ]
+        .get(t as usize)
+        .copied()
+        .unwrap_or(RetainedSource::Bytes)
+    }
 }
 
 /// The limit on bytes held by old versions (0: none) and what decides it:
-/// `bytes` (0: no absolute limit) and `percent` of `index_bytes`, the live
-/// index's node bytes, with [`RETAINED_FLOOR`] (0: no relative limit); the
-/// smaller of the two when both are set.
-pub fn retained_limit(bytes: usize, percent: usize, index_bytes: usize) -> (usize, RetainedSource) {
+/// `bytes` (0: no absolute limit), and `percent`: live and retained bytes
+/// together within (100 + `percent`)% of `peak`, the largest live index
+/// (node bytes) since the oldest open iteration began, `live` being the
+/// live index now, with [`RETAINED_FLOOR`] (0: no relative limit); the
+/// smaller of the two when both are set. Deleting keys (which moves bytes
+/// from the live index to old versions) never reaches the relative limit;
+/// copies made by writes to keys an old version shares do.
+pub fn retained_limit(
+    bytes: usize,
+    percent: usize,
+    live: usize,
+    peak: usize,
+) -> (usize, RetainedSource) {
     let relative = (percent > 0).then(|| {
-        let share = (index_bytes as u128 * percent as u128 / 100).min(usize::MAX as u128) as usize;
+        let total = peak.max(live) as u128 * (100 + percent as u128) / 100;
+        let share = total.saturating_sub(live as u128).min(usize::MAX as u128) as usize;
         if share >= RETAINED_FLOOR {
             (share, RetainedSource::Percent)
         } else {
@@ -109,11 +147,12 @@ pub fn retained_limit(bytes: usize, percent: usize, index_bytes: usize) -> (usiz
 }
 
 /// [`retained_limit`] with the configured values.
-pub fn retained_limit_now(index_bytes: usize) -> (usize, RetainedSource) {
+pub fn retained_limit_now(live: usize, peak: usize) -> (usize, RetainedSource) {
     retained_limit(
         get(&MAX_RETAINED_BYTES),
         get(&MAX_RETAINED_PERCENT),
-        index_bytes,
+        live,
+        peak,
     )
 }
 
@@ -418,26 +457,46 @@ mod tests {
 
     #[rstest]
     // Defaults: half the live index, never under the floor.
-    #[case::small_index(0, 50, MIB, (RETAINED_FLOOR, RetainedSource::Floor))]
-    #[case::index_at_the_floor(0, 50, 8 * MIB, (4 * MIB, RetainedSource::Percent))]
-    #[case::big_index(0, 50, 1000 * MIB, (500 * MIB, RetainedSource::Percent))]
-    #[case::several_times_the_index(0, 300, 100 * MIB, (300 * MIB, RetainedSource::Percent))]
+    #[case::small_index(0, 50, MIB, MIB, (RETAINED_FLOOR, RetainedSource::Floor))]
+    #[case::index_at_the_floor(0, 50, 8 * MIB, 8 * MIB, (4 * MIB, RetainedSource::Percent))]
+    #[case::big_index(0, 50, 1000 * MIB, 1000 * MIB, (500 * MIB, RetainedSource::Percent))]
+    #[case::several_times_the_index(0, 300, 100 * MIB, 100 * MIB, (300 * MIB, RetainedSource::Percent))]
     // Absolute only (relative off), and neither.
-    #[case::bytes_only(64 * MIB, 0, 1000 * MIB, (64 * MIB, RetainedSource::Bytes))]
-    #[case::no_limit(0, 0, 1000 * MIB, (0, RetainedSource::None))]
+    #[case::bytes_only(64 * MIB, 0, 1000 * MIB, 1000 * MIB, (64 * MIB, RetainedSource::Bytes))]
+    #[case::no_limit(0, 0, 1000 * MIB, 1000 * MIB, (0, RetainedSource::None))]
     // Both: the smaller applies.
-    #[case::bytes_smaller(16 * MIB, 50, 1000 * MIB, (16 * MIB, RetainedSource::Bytes))]
-    #[case::percent_smaller(1 << 30, 50, 100 * MIB, (50 * MIB, RetainedSource::Percent))]
-    #[case::bytes_under_the_floor(MIB, 50, MIB, (MIB, RetainedSource::Bytes))]
-    #[case::equal_is_bytes(50 * MIB, 50, 100 * MIB, (50 * MIB, RetainedSource::Bytes))]
-    #[case::no_overflow(0, 1_000_000, usize::MAX, (usize::MAX, RetainedSource::Percent))]
+    #[case::bytes_smaller(16 * MIB, 50, 1000 * MIB, 1000 * MIB, (16 * MIB, RetainedSource::Bytes))]
+    #[case::percent_smaller(1 << 30, 50, 100 * MIB, 100 * MIB, (50 * MIB, RetainedSource::Percent))]
+    #[case::bytes_under_the_floor(MIB, 50, MIB, MIB, (MIB, RetainedSource::Bytes))]
+    #[case::equal_is_bytes(50 * MIB, 50, 100 * MIB, 100 * MIB, (50 * MIB, RetainedSource::Bytes))]
+    #[case::no_overflow(0, 1_000_000, usize::MAX, usize::MAX, (usize::MAX, RetainedSource::Percent))]
+    // Keys deleted (or flushed) while an iteration is open: the bytes they
+    // leave in old versions are within the limit, whatever the live index.
+    #[case::after_deleting_most(0, 50, 10 * MIB, 100 * MIB, (140 * MIB, RetainedSource::Percent))]
+    #[case::after_a_flush(0, 50, 0, 100 * MIB, (150 * MIB, RetainedSource::Percent))]
+    #[case::bytes_still_bound_deletes(64 * MIB, 50, 0, 100 * MIB, (64 * MIB, RetainedSource::Bytes))]
+    // Grown since: the live index is its own peak.
+    #[case::grown(0, 50, 200 * MIB, 100 * MIB, (100 * MIB, RetainedSource::Percent))]
     fn retained_limit_follows_the_index(
         #[case] bytes: usize,
         #[case] percent: usize,
-        #[case] index: usize,
+        #[case] live: usize,
+        #[case] peak: usize,
         #[case] want: (usize, RetainedSource),
     ) {
-        assert_eq!(retained_limit(bytes, percent, index), want);
+        assert_eq!(retained_limit(bytes, percent, live, peak), want);
+    }
+
+    #[test]
+    fn retained_sources_survive_their_tags() {
+        for s in [
+            RetainedSource::None,
+            RetainedSource::Bytes,
+            RetainedSource::Percent,
+            RetainedSource::Floor,
+        ] {
+            assert_eq!(RetainedSource::from_tag(s.tag()), s);
+        }
     }
 
     #[test]

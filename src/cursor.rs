@@ -43,7 +43,7 @@
 //! and first letting in any thread waiting for it (the server's main thread
 //! among them).
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -94,7 +94,8 @@ struct Inner<T> {
     groups: HashMap<(usize, u64), usize>,
     /// Iterations ended by `evict_lru`: their cursors, oldest first.
     tomb_order: VecDeque<u64>,
-    tombs: HashSet<u64>,
+    /// The same, with the caller's reason for each (see `evict_lru`).
+    tombs: HashMap<u64, u8>,
     evicted_memory: u64,
     /// Used cursors answerable for a retry, and their order of use.
     spent: HashMap<u64, Spent<T>>,
@@ -234,7 +235,7 @@ impl<T> Registry<T> {
                 expired: 0,
                 groups: HashMap::new(),
                 tomb_order: VecDeque::new(),
-                tombs: HashSet::new(),
+                tombs: HashMap::new(),
                 evicted_memory: 0,
                 spent: HashMap::new(),
                 spent_order: VecDeque::new(),
@@ -451,16 +452,16 @@ impl<T> Registry<T> {
 
     /// Ends up to `n` of the least recently used iterations and returns
     /// their values; their cursors are remembered (see
-    /// [`ended_by_eviction`](Self::ended_by_eviction)). At most [`CHUNK`]
-    /// per hold of the mutex.
-    pub fn evict_lru(&self, n: usize) -> Vec<T> {
+    /// [`ended_by_eviction`](Self::ended_by_eviction)), with `why`. At
+    /// most [`CHUNK`] per hold of the mutex.
+    pub fn evict_lru(&self, n: usize, why: u8) -> Vec<T> {
         // Copies kept for retries hold snapshots too: they go first.
         let mut all = self.drop_spent();
         let mut left = n;
         self.in_chunks(
             |inner, chunk, out| {
                 let take = chunk.min(left);
-                evict_lru_chunk(inner, take, out);
+                evict_lru_chunk(inner, take, why, out);
                 left -= out.len();
                 left > 0
             },
@@ -482,9 +483,10 @@ impl<T> Registry<T> {
     }
 
     /// Whether `id` was the cursor of an iteration ended by
-    /// [`evict_lru`](Self::evict_lru) (among the last [`TOMBSTONES`]).
-    pub fn ended_by_eviction(&self, id: u64) -> bool {
-        self.lock().tombs.contains(&id)
+    /// [`evict_lru`](Self::evict_lru) (among the last [`TOMBSTONES`]):
+    /// the reason it was given.
+    pub fn ended_by_eviction(&self, id: u64) -> Option<u8> {
+        self.lock().tombs.get(&id).copied()
     }
 
     /// Distinct groups of the open entries, not counting `(db, current[db])`
@@ -579,14 +581,14 @@ fn expire_chunk<T>(
 
 /// One chunk of [`Registry::evict_lru`]: ends up to `n` of the least
 /// recently used entries and remembers their cursors.
-fn evict_lru_chunk<T>(inner: &mut Inner<T>, n: usize, out: &mut Vec<T>) {
+fn evict_lru_chunk<T>(inner: &mut Inner<T>, n: usize, why: u8, out: &mut Vec<T>) {
     let start = out.len();
     while out.len() - start < n {
         let Some(id) = inner.lru() else { break };
         let Some(e) = inner.unlink(id) else { break };
         inner.evicted_memory += 1;
         out.push(e.value);
-        if inner.tombs.insert(id) {
+        if inner.tombs.insert(id, why).is_none() {
             inner.tomb_order.push_back(id);
         }
         while inner.tomb_order.len() > TOMBSTONES {
@@ -669,7 +671,7 @@ mod tests {
             aged_total += aged.len();
         }
         assert_eq!(aged_total, 10);
-        assert_eq!(r.evict_lru(1).len(), SPENT_MAX);
+        assert_eq!(r.evict_lru(1, 7).len(), SPENT_MAX);
     }
 
     #[test]
@@ -839,15 +841,16 @@ mod tests {
         let ids: Vec<u64> = (0..5u64)
             .map(|i| r.insert(i, 0, 1 + i % 2, i, 10).0)
             .collect();
-        let gone = r.evict_lru(2);
+        let gone = r.evict_lru(2, 7);
         assert_eq!(gone, vec![0, 1], "oldest first, fresh or continued");
-        assert!(r.ended_by_eviction(ids[0]) && r.ended_by_eviction(ids[1]));
-        assert!(!r.ended_by_eviction(ids[2]));
+        assert_eq!(r.ended_by_eviction(ids[0]), Some(7));
+        assert!(r.ended_by_eviction(ids[1]).is_some());
+        assert!(r.ended_by_eviction(ids[2]).is_none());
         assert!(r.take(ids[0]).is_none());
         assert_eq!(r.stats().evicted_memory, 2);
         assert_eq!(r.stats().open, 3);
-        assert_eq!(r.evict_lru(10).len(), 3);
-        assert!(r.evict_lru(1).is_empty());
+        assert_eq!(r.evict_lru(10, 7).len(), 3);
+        assert!(r.evict_lru(1, 7).is_empty());
     }
 
     /// README: "The last 65,536 cursors ended this way are remembered for
@@ -857,11 +860,13 @@ mod tests {
         let r = Registry::new(7);
         let n = TOMBSTONES + 2;
         let ids: Vec<u64> = (0..n as u64).map(|i| r.insert(i, 0, 1, i, n).0).collect();
-        assert_eq!(r.evict_lru(n).len(), n);
-        assert!(!r.ended_by_eviction(ids[0]) && !r.ended_by_eviction(ids[1]));
-        assert!(r.ended_by_eviction(ids[2]) && r.ended_by_eviction(ids[n - 1]));
+        assert_eq!(r.evict_lru(n, 7).len(), n);
+        assert!(r.ended_by_eviction(ids[0]).is_none() && r.ended_by_eviction(ids[1]).is_none());
+        assert!(r.ended_by_eviction(ids[2]).is_some() && r.ended_by_eviction(ids[n - 1]).is_some());
         assert_eq!(
-            ids.iter().filter(|&&id| r.ended_by_eviction(id)).count(),
+            ids.iter()
+                .filter(|&&id| r.ended_by_eviction(id).is_some())
+                .count(),
             TOMBSTONES
         );
     }
@@ -958,11 +963,13 @@ mod tests {
         let ids: Vec<u64> = (0..50u64)
             .map(|i| r.insert(i, 0, 1 + i % 2, i, 100).0)
             .collect();
-        let gone = r.evict_lru(30);
+        let gone = r.evict_lru(30, 7);
         assert_eq!(gone, (0..30).collect::<Vec<_>>());
-        assert!(ids[..30].iter().all(|&id| r.ended_by_eviction(id)));
+        assert!(ids[..30]
+            .iter()
+            .all(|&id| r.ended_by_eviction(id).is_some()));
         assert_eq!(r.stats().open, 20);
-        assert_eq!(r.evict_lru(usize::MAX).len(), 20);
+        assert_eq!(r.evict_lru(usize::MAX, 7).len(), 20);
     }
 
     #[test]

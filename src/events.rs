@@ -9,7 +9,9 @@
 //! - cron: `keyspace` (cluster view refresh, idle drop);
 //! - replication's async load: `keyspace::replication`;
 //! - atomic slot migration (Valkey), slot migration and trim (Redis 8.4+):
-//!   `keyspace::cluster`.
+//!   `keyspace::cluster`;
+//! - the event loop's turns (subscribed on first use, by an iteration
+//!   opened inside a script): `server::expiry` (a floor on scripts' clock).
 //!
 //! - the Valkey 8 client-database workaround's command filter:
 //!   `keyspace::clientdb`.
@@ -111,6 +113,30 @@ pub fn register_client_db_filter(ctx: Ctx, m: &module::Module) {
     }
 }
 
+/// Whether the event loop's turns are followed (see [`follow_loop_turns`]).
+/// Global for now: a candidate for a field of the `Module` (docs/DESIGN.md,
+/// "State ownership").
+static LOOP_TURNS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Follows the event loop's turns from now on (main thread), for a floor
+/// on the frozen clock of scripts (`server::expiry::script_clock_floor_ms`).
+/// Subscribed on first use, so a server that never opens an iteration
+/// inside a script pays nothing per turn; once subscribed, one callback per
+/// turn (two clock reads).
+pub fn follow_loop_turns(ctx: Ctx) {
+    if LOOP_TURNS.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    if sub::server_event(
+        ctx,
+        raw::REDISMODULE_EVENT_EVENTLOOP,
+        Some(server_event::<LoopTurn>),
+    ) != Some(true)
+    {
+        server::log(ctx, "notice", "snapscan: no event loop event here");
+    }
+}
+
 /// Subscribes to the `Key` server event (`on`) or unsubscribes; true if the
 /// server accepted.
 fn subscribe_key_event(ctx: Ctx, on: bool) -> bool {
@@ -155,6 +181,15 @@ impl ServerEvent for Cron {
     fn on(lock: &ServerLock, ctx: Ctx, _subevent: u64, _data: *mut c_void) {
         let Some(m) = module::try_get() else { return };
         guarded(ctx, "cron", || keyspace::on_cron(lock, ctx, m, &m.keyspace));
+    }
+}
+
+struct LoopTurn;
+impl ServerEvent for LoopTurn {
+    fn on(_lock: &ServerLock, _ctx: Ctx, subevent: u64, _data: *mut c_void) {
+        if subevent == raw::REDISMODULE_SUBEVENT_EVENTLOOP_AFTER_SLEEP {
+            server::expiry::on_loop_turn();
+        }
     }
 }
 

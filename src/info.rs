@@ -73,6 +73,11 @@ fn fill(lock: &ServerLock, ctx: InfoCtx) {
     let (limit, source) = state::retained_limit(m);
     field(ctx, "retained_limit_bytes", limit as u64);
     ffi_info::field_str(ctx, "retained_limit_source", source.name());
+    field(
+        ctx,
+        "retained_index_peak_bytes",
+        state::index_peak(m) as u64,
+    );
     field(ctx, "cursors_evicted", c.evicted);
     field(ctx, "cursors_expired", c.expired);
     field(ctx, "cursors_evicted_memory", c.evicted_memory);

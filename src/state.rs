@@ -116,6 +116,10 @@ pub struct Shared {
     reaping: Arc<AtomicUsize>,
     /// Whether this server has hash-field expiry (HEXPIRE), set at load.
     pub hash_field_ttl: AtomicBool,
+    /// The largest live index (node bytes) since the oldest open iteration
+    /// began: the base of `snapshot.max-retained-percent` (see
+    /// [`index_peak`]).
+    index_peak: AtomicUsize,
 }
 
 /// The state of serving the native commands (`native` owns it): per
@@ -329,6 +333,7 @@ impl Shared {
             bounding: Mutex::new(()),
             reaping: Arc::new(AtomicUsize::new(0)),
             hash_field_ttl: AtomicBool::new(true),
+            index_peak: AtomicUsize::new(0),
         }
     }
 
@@ -367,22 +372,45 @@ pub fn retained_bytes(m: &Shared) -> usize {
         .saturating_sub(m.reaping.load(Ordering::Relaxed))
 }
 
+/// The largest live index (node bytes) since the oldest open iteration
+/// began: sampled here (after every indexer batch, by the janitor, by
+/// INFO), raised by each iteration's snapshot as it registers
+/// ([`note_iteration`]), and reset to the live index whenever no iteration
+/// is open.
+pub fn index_peak(m: &Shared) -> usize {
+    let live = m.live.live_node_bytes();
+    if m.cursors.stats().open == 0 {
+        m.index_peak.store(live, Ordering::Relaxed);
+        live
+    } else {
+        m.index_peak.fetch_max(live, Ordering::Relaxed).max(live)
+    }
+}
+
+/// An iteration of `snap` registers its continuation: the index was that
+/// big when it began.
+pub fn note_iteration(m: &Shared, snap: &Snapshot) {
+    m.index_peak
+        .fetch_max(snap.map.live_bytes(), Ordering::Relaxed);
+}
+
 /// The limit on bytes held by old versions now (0: none) and what decides
 /// it (see [`config::retained_limit`]).
 pub fn retained_limit(m: &Shared) -> (usize, config::RetainedSource) {
-    config::retained_limit_now(m.live.live_node_bytes())
+    let peak = index_peak(m);
+    config::retained_limit_now(m.live.live_node_bytes(), peak)
 }
 
 /// Keeps the bytes held by old versions within [`retained_limit`]
 /// (`snapshot.max-retained-bytes`, `snapshot.max-retained-percent` of the
-/// live index): first by dropping the copies kept for retries, then by
+/// index's peak): first by dropping the copies kept for retries, then by
 /// ending the least recently used SNAPSHOT.SCAN iterations. Runs on the indexer after each batch (and each 2 ms poll)
 /// and on the janitor, never on the main thread. The snapshots of the
 /// iterations it ends are dropped right here, so that the next measurement
 /// sees the memory returned: handing them to the reaper would make the
 /// bound wait on its queue (a flushed database's map can take it seconds).
 pub fn bound_retained(m: &Shared) {
-    let (cap, _) = retained_limit(m);
+    let (cap, why) = retained_limit(m);
     if cap == 0 || retained_bytes(m) <= cap {
         return;
     }
@@ -408,7 +436,7 @@ pub fn bound_retained(m: &Shared) {
         // Older versions pin more: the share of iterations to end is at
         // most the share of bytes over the cap, and at least one.
         let n = (open as u128 * (retained - cap) as u128 / retained.max(1) as u128) as usize;
-        let ended = m.cursors.evict_lru(n.max(1));
+        let ended = m.cursors.evict_lru(n.max(1), why.tag());
         if ended.is_empty() {
             return;
         }

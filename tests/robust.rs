@@ -433,7 +433,7 @@ fn memory_held_by_old_versions_is_capped_by_ending_the_oldest_iterations() {
     let open = figure("snapshot_open_snapshots");
     assert_eq!(open + evicted, 30);
     assert!(info_u64(&mut con, "snapshot_retained_versions") <= open);
-    assert_oldest_ended_newest_goes_on(&mut con, &cursors);
+    assert_oldest_ended_newest_goes_on(&mut con, &cursors, "snapshot.max-retained-bytes");
 }
 
 #[test]

@@ -11,15 +11,19 @@ use redis::Connection;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-/// The keys' TTL (passes during the spin, with a margin for a loaded machine
-/// between the SET and the script's start) and how long the script spins.
+/// The spinning keys' TTL (shorter than the spin) and how long the script
+/// spins.
 const TTL_MS: &str = "400";
 const SPIN_MS: &str = "1000";
 
-/// Spins for `ARGV[1]` ms (calling PING, past busy-reply-threshold), then
+/// Sets the spinning keys `KEYS` with a TTL of `ARGV[3]` ms (from the
+/// script's frozen clock: alive by it whatever the machine's load), spins
+/// for `ARGV[1]` ms by the wall clock (calling PING, past
+/// busy-reply-threshold: the keys' TTL passes by the wall clock), then
 /// returns the first page of `SNAPSHOT.SCAN 0 COUNT ARGV[2]` and a native
 /// `SCAN 0 COUNT 100000`, both judged at the script's frozen clock.
 const SPIN_THEN_SCAN: &str = "
+for _, k in ipairs(KEYS) do redis.call('SET', k, 'v', 'PX', ARGV[3]) end
 local function now() local t = redis.call('TIME') return t[1] * 1000 + math.floor(t[2] / 1000) end
 local t0 = now()
 local n = 0
@@ -29,6 +33,14 @@ local native = redis.call('SCAN', '0', 'COUNT', '100000')
 return {first, native[2], now() - t0}
 ";
 
+const SPINNING: [&str; 3] = ["k:000:spin", "k:020:spin", "k:039:spin"];
+
+/// The server's clock, Unix ms.
+fn server_ms(con: &mut Connection) -> u64 {
+    let (s, us): (u64, u64) = query(con, &["TIME"]).unwrap();
+    s * 1000 + us / 1000
+}
+
 /// Keys without a TTL around the ones that matter (so a small first page
 /// meets none of them or only some).
 fn populate(con: &mut Connection) {
@@ -36,15 +48,19 @@ fn populate(con: &mut Connection) {
     for i in 0..40 {
         let _: () = query(con, &["SET", &format!("k:{i:03}"), "v"]).unwrap();
     }
-    // Expired before the script starts: in neither reply.
+    // Expired before the script starts (by the server's clock, waited
+    // for): in neither reply.
     let _: () = query(con, &["SET", "k:015:gone", "v", "PX", "1"]).unwrap();
+    let set_at = server_ms(con);
+    wait_until("k:015:gone's TTL passed", Duration::from_secs(5), || {
+        server_ms(con) > set_at + 1
+    });
     // Alive at every clock involved.
     let _: () = query(con, &["SET", "k:030:long", "v", "PX", "600000"]).unwrap();
-    // Expire during the spin (by the wall clock), alive by the script's.
-    for k in ["k:000:spin", "k:020:spin", "k:039:spin"] {
-        let _: () = query(con, &["SET", k, "v", "PX", TTL_MS]).unwrap();
-    }
-    std::thread::sleep(Duration::from_millis(5));
+    // Set before the script with a TTL shorter than the spin: alive or not
+    // at the script's clock depending on how soon the script starts (the
+    // expectations come from the script's own native SCAN).
+    let _: () = query(con, &["SET", "k:010:early", "v", "PX", "300"]).unwrap();
 }
 
 fn set_of(v: Vec<String>) -> BTreeSet<String> {
@@ -59,12 +75,15 @@ fn iteration_opened_in_a_busy_script_matches_native_scan_in_that_script() {
     let exact = server.is_valkey() || server.version() >= (7, 2, 0);
     for count in ["1", "3", "10", "25", "50"] {
         populate(&mut con);
+        let mut eval = vec!["EVAL", SPIN_THEN_SCAN, "3"];
+        eval.extend(SPINNING);
+        eval.extend([SPIN_MS, count, TTL_MS]);
         let ((cursor, first), native, spun): ((String, Vec<String>), Vec<String>, i64) =
-            query(&mut con, &["EVAL", SPIN_THEN_SCAN, "0", SPIN_MS, count]).unwrap();
+            query(&mut con, &eval).unwrap();
         assert!(spun >= 1000, "the script spun {spun} ms");
         let native = set_of(native);
         // The script's clock: the spinning keys were alive in it.
-        for k in ["k:000:spin", "k:020:spin", "k:039:spin", "k:030:long"] {
+        for k in SPINNING.into_iter().chain(["k:030:long"]) {
             assert!(
                 native.contains(k),
                 "COUNT {count}: native SCAN in the script has {k}"
@@ -97,12 +116,18 @@ fn iteration_opened_in_a_busy_script_matches_native_scan_in_that_script() {
             // judged by the wall clock; every other key is exact.
             let spin: BTreeSet<String> = native
                 .iter()
-                .filter(|k| k.ends_with(":spin"))
+                .filter(|k| k.ends_with(":spin") || *k == "k:010:early")
                 .cloned()
                 .collect();
             let rest: BTreeSet<String> = native.difference(&spin).cloned().collect();
+            let early: BTreeSet<String> = ["k:010:early".to_string()].into();
             assert_eq!(
-                seen.difference(&spin).cloned().collect::<BTreeSet<_>>(),
+                seen.difference(&spin)
+                    .cloned()
+                    .collect::<BTreeSet<_>>()
+                    .difference(&early)
+                    .cloned()
+                    .collect::<BTreeSet<_>>(),
                 rest
             );
         }
@@ -115,6 +140,6 @@ fn iteration_opened_in_a_busy_script_matches_native_scan_in_that_script() {
         );
         assert!(after
             .iter()
-            .all(|k| !k.ends_with(":spin") && k != "k:015:gone"));
+            .all(|k| !k.ends_with(":spin") && k != "k:015:gone" && k != "k:010:early"));
     }
 }

@@ -9,6 +9,9 @@
 
 use super::{api, Ctx, OwnedString};
 use redis_module::raw;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// The server's verdict on a key at the running command's time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +84,70 @@ pub fn judge(ctx: Ctx, name: &[u8]) -> Verdict {
     }
 }
 
+/// Wall clock (Unix µs; 0: none yet) and monotonic clock (µs since
+/// [`mono_base`]) when the event loop's last turn began (its after-sleep
+/// event; see [`on_loop_turn`]). Main thread only: written by the event,
+/// read by SNAPSHOT.SCAN (relaxed atomics, not for ordering).
+static TURN_WALL_US: AtomicI64 = AtomicI64::new(0);
+static TURN_MONO_US: AtomicI64 = AtomicI64::new(0);
+
+fn mono_base() -> Instant {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    *BASE.get_or_init(Instant::now)
+}
+
+fn clocks_us() -> (i64, i64) {
+    let wall = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64);
+    (wall, mono_base().elapsed().as_micros() as i64)
+}
+
+/// A turn of the server's event loop begins (the after-sleep event, which
+/// the server fires only from its main loop, never while a busy script or
+/// a load lets it process events): every command run from now on, and
+/// every script's frozen clock, is at or after this instant.
+pub fn on_loop_turn() {
+    let (wall, mono) = clocks_us();
+    TURN_MONO_US.store(mono, Ordering::Relaxed);
+    TURN_WALL_US.store(wall.max(1), Ordering::Relaxed);
+}
+
+/// A lower bound (Unix ms) on the frozen clock of the running script: the
+/// start of the event loop's turn in which it began (`None` before the
+/// first turn seen, e.g. while the server loads its data at startup).
+pub fn script_clock_floor_ms() -> Option<i64> {
+    let turn_wall = TURN_WALL_US.load(Ordering::Relaxed);
+    if turn_wall == 0 {
+        return None;
+    }
+    let (wall, mono) = clocks_us();
+    Some(turn_floor_ms(
+        (turn_wall, TURN_MONO_US.load(Ordering::Relaxed)),
+        (wall, mono),
+    ))
+}
+
+/// The floor of [`script_clock_floor_ms`] from the wall and monotonic
+/// clocks (µs) at the turn's start and now: the turn's wall time in ms,
+/// less 1 ms, less whatever the wall clock fell behind the monotonic clock
+/// since (a step back of the system clock, or slewing), so that it stays a
+/// lower bound wherever in between the step happened.
+pub fn turn_floor_ms(turn: (i64, i64), now: (i64, i64)) -> i64 {
+    let wall_elapsed = now.0.saturating_sub(turn.0);
+    let mono_elapsed = now.1.saturating_sub(turn.1);
+    let fell_behind = mono_elapsed.saturating_sub(wall_elapsed).max(0);
+    turn.0.saturating_sub(fell_behind).div_euclid(1000) - 1
+}
+
+/// The server's `busy-reply-threshold` (ms): a script that has run for
+/// less never lets the server process events, so its frozen clock is the
+/// server's cached clock. `None` if the server cannot tell.
+pub fn busy_threshold_ms(ctx: Ctx) -> Option<i64> {
+    let v = super::host::config_get(ctx, c"busy-reply-threshold")?;
+    std::str::from_utf8(&v).ok()?.trim().parse().ok()
+}
+
 /// Whether database `db` holds keys with a TTL (the `expires` figure of
 /// `INFO keyspace`); `None` when the server cannot tell.
 #[allow(
@@ -123,7 +190,20 @@ fn expires_in(line: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::expires_in;
+    use super::{expires_in, turn_floor_ms};
+
+    #[test]
+    fn the_turn_floor_is_a_lower_bound_whatever_the_clock_did() {
+        // Clocks in step: the turn's ms, less one.
+        assert_eq!(
+            turn_floor_ms((10_500_700, 0), (10_900_000, 399_300)),
+            10_499
+        );
+        // The wall clock stepped forward: still the turn's time.
+        assert_eq!(turn_floor_ms((10_500_700, 0), (20_000_000, 1_000)), 10_499);
+        // It fell 3 ms behind: lowered by as much.
+        assert_eq!(turn_floor_ms((10_500_700, 0), (10_500_700, 3_000)), 10_496);
+    }
 
     #[test]
     fn expires_of_a_keyspace_line() {

@@ -756,18 +756,23 @@ pub fn pin_versions(
     cursors
 }
 
-/// The error of an iteration ended to bound the memory old versions hold.
-pub fn ended_for_memory(cursor: &str) -> String {
-    format!("ERR cursor {cursor}: snapscan: iteration ended to bound snapshot memory (snapshot.max-retained-bytes); restart the scan from cursor 0")
+/// The error of an iteration ended to bound the memory old versions hold,
+/// naming the `setting` that decided (`snapshot.max-retained-bytes`,
+/// `snapshot.max-retained-percent`, or its floor: [`PERCENT_FLOOR`]).
+pub fn ended_for_memory(cursor: &str, setting: &str) -> String {
+    format!("ERR cursor {cursor}: snapscan: iteration ended to bound snapshot memory ({setting}); restart the scan from cursor 0")
 }
+
+/// The setting as an ended iteration's error names the 4 MiB floor.
+pub const PERCENT_FLOOR: &str = "snapshot.max-retained-percent, at its 4 MiB floor";
 
 /// Of iterations opened by [`pin_versions`] and then bounded: the oldest
 /// was ended and says why; the newest goes on.
-pub fn assert_oldest_ended_newest_goes_on(con: &mut Connection, cursors: &[String]) {
+pub fn assert_oldest_ended_newest_goes_on(con: &mut Connection, cursors: &[String], setting: &str) {
     let oldest = &cursors[0];
     assert_eq!(
         expect_err(con, &["SNAPSHOT.SCAN", oldest]),
-        ended_for_memory(oldest)
+        ended_for_memory(oldest, setting)
     );
     let newest = cursors.last().expect("cursors");
     let (_, page): (String, Vec<String>) =
