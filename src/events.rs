@@ -268,6 +268,7 @@ impl ServerEvent for RedisSlotTrim {
 
 struct Notification;
 impl KeyspaceEvent for Notification {
+    #[inline(always)]
     fn on(
         lock: &ServerLock,
         ctx: Ctx,

@@ -153,7 +153,7 @@ impl Shared {
 
     /// Records the truth about a key whose hash is `hash` (main thread),
     /// unless it cannot change the index (see [`Live::push_truth`]).
-    #[inline]
+    #[inline(always)]
     pub fn push_truth(
         &self,
         lock: &ServerLock,
@@ -179,7 +179,7 @@ impl Shared {
     /// Skips the truth of a key that existed and is now a plain string when
     /// the index already says so (see [`Live::skip_if_plain_h`]); `h` is the
     /// hash [`prefetch_truth`](Self::prefetch_truth) returned.
-    #[inline]
+    #[inline(always)]
     pub fn skip_if_plain_h(&self, lock: &ServerLock, h: u64) -> bool {
         let mut cache = self.filter_cache.replace(lock, FilterCache::default());
         let skip = self.live.skip_if_plain_h(&mut cache, h);

@@ -168,6 +168,7 @@ fn refresh_everywhere(lock: &ServerLock, m: &Shared, t: &Tracking, key: &[u8]) {
 }
 
 /// A keyspace notification: `key` in the database selected on `ctx`.
+#[inline(always)]
 pub fn on_keyspace_event(
     lock: &ServerLock,
     ctx: Ctx,

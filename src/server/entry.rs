@@ -103,6 +103,7 @@ pub extern "C" fn blocked_reply(
 }
 
 /// Runs `f` so that a panic never unwinds into the server.
+#[inline(always)]
 pub fn guarded(ctx: Ctx, what: &str, f: impl FnOnce()) {
     if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
         super::log(
