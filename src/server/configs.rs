@@ -143,10 +143,10 @@ fn register_flags(
         .collect::<Result<_, _>>()?;
     let mut ptrs: Vec<*const c_char> = cnames.iter().map(|c| c.as_ptr()).collect();
     let values: Vec<c_int> = s.names.iter().map(|&(_, v)| v as c_int).collect();
-    // SAFETY: OnLoad context; name and the value names are valid C strings
-    // and the arrays hold `names.len()` entries each, alive for the call
-    // (the server copies them); the callbacks live as long as the module;
-    // privdata is a leaked `Row`, valid forever (see [`row`]).
+    // The arrays hold `names.len()` entries each, alive for the call (the
+    // server copies them); privdata is a leaked `Row`, valid forever.
+    // SAFETY: OnLoad context; name and the value names are valid C strings;
+    // the callbacks live as long as the module (see [`row`] and above).
     let rc = unsafe {
         reg(
             ctx,

@@ -115,6 +115,7 @@ struct RedisTrimInfoV1 {
 ///
 /// # Safety
 /// `arr` is NULL or a live array of `num_ranges` ranges.
+// SAFETY: callers pass what the server handed to the event (see # Safety).
 unsafe fn redis_ranges(arr: *const RedisSlotRangeArray) -> SlotSet {
     let mut set = SlotSet::new();
     if arr.is_null() {

@@ -47,10 +47,10 @@ pub fn register_filter<F: CommandFilter>() -> bool {
     if ctx.is_null() || api!(RedisModule_CommandFilterArgGet).is_none() {
         return false;
     }
-    // SAFETY: ctx is a context of this module, used on the main thread;
-    // the callback is a valid extern fn that lives as long as the module.
     // The server appends the filter to its list, read only before a
     // command runs, never while one (CONFIG SET) does.
+    // SAFETY: ctx is a context of this module, used on the main thread;
+    // the callback is a valid extern fn that lives as long as the module.
     let f = unsafe {
         register(
             ctx,
