@@ -170,6 +170,8 @@ pub struct Registry<T> {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Stats {
     pub open: usize,
+    /// Copies of used cursors kept for a retry (each may hold a snapshot).
+    pub spent: usize,
     pub evicted: u64,
     pub expired: u64,
     /// Iterations ended by [`Registry::evict_lru`].
@@ -505,6 +507,7 @@ impl<T> Registry<T> {
         let g = self.lock();
         Stats {
             open: g.entries.len(),
+            spent: g.spent.len(),
             evicted: g.evicted,
             expired: g.expired,
             evicted_memory: g.evicted_memory,
@@ -752,6 +755,21 @@ mod tests {
             r.take_retryable(id, 0, in_db(2)).0.map(|e| e.value).ok(),
             Some('x')
         );
+    }
+
+    /// A taken cursor leaves its retry copy counted in the same hold: the
+    /// registry never looks empty while a page is being served (the base
+    /// of `snapshot.max-retained-percent` is reset only when it is).
+    #[test]
+    fn a_taken_cursor_is_counted_as_spent_until_its_copy_ages_out() {
+        let r = Registry::new(9);
+        let (id, _) = r.insert('x', 0, 1, 0, 10);
+        assert_eq!((r.stats().open, r.stats().spent), (1, 0));
+        assert!(r.take_retryable(id, 0, |_, _| Ok::<(), ()>(())).0.is_ok());
+        assert_eq!((r.stats().open, r.stats().spent), (0, 1));
+        let (_, aged) = r.take_retryable(id + 1, RETRY_MS + 1, |_, _| Ok::<(), ()>(()));
+        assert_eq!(aged, vec!['x']);
+        assert_eq!((r.stats().open, r.stats().spent), (0, 0));
     }
 
     /// README (Cursor lifetime): a used cursor answers again "within 10

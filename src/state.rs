@@ -376,10 +376,14 @@ pub fn retained_bytes(m: &Shared) -> usize {
 /// began: sampled here (after every indexer batch, by the janitor, by
 /// INFO), raised by each iteration's snapshot as it registers
 /// ([`note_iteration`]), and reset to the live index whenever no iteration
-/// is open.
+/// is open and no copy kept for a retry is left. A page being served keeps
+/// its cursor's retry copy in the registry from the moment it is taken,
+/// so an iteration between two pages never lets the peak fall to a live
+/// index its own deletions shrank.
 pub fn index_peak(m: &Shared) -> usize {
     let live = m.live.live_node_bytes();
-    if m.cursors.stats().open == 0 {
+    let held = m.cursors.stats();
+    if held.open == 0 && held.spent == 0 {
         m.index_peak.store(live, Ordering::Relaxed);
         live
     } else {
@@ -387,11 +391,10 @@ pub fn index_peak(m: &Shared) -> usize {
     }
 }
 
-/// An iteration of `snap` registers its continuation: the index was that
-/// big when it began.
-pub fn note_iteration(m: &Shared, snap: &Snapshot) {
-    m.index_peak
-        .fetch_max(snap.map.live_bytes(), Ordering::Relaxed);
+/// An iteration registered its continuation over a snapshot whose index
+/// held `bytes` of nodes: the index was that big when it began.
+pub fn note_iteration(m: &Shared, bytes: usize) {
+    m.index_peak.fetch_max(bytes, Ordering::Relaxed);
 }
 
 /// The limit on bytes held by old versions now (0: none) and what decides

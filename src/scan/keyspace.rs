@@ -514,8 +514,11 @@ fn finish(
         }
         Some(after) => {
             let db = snap.db;
-            state::note_iteration(m, &snap);
-            m.open_cursor(&m.cursors, ScanCursor { snap, after, clock }, db, pages + 1)
+            let size = snap.map.live_bytes();
+            let next = m.open_cursor(&m.cursors, ScanCursor { snap, after, clock }, db, pages + 1);
+            // Registered first: from now on the peak is never reset.
+            state::note_iteration(m, size);
+            next
         }
     };
     (next, page.keys)
