@@ -28,8 +28,12 @@ pub fn at_load() {
     }
 }
 
-/// `SNAPSHOT.TESTHOOK PANIC indexer|janitor|reaper|worker | PAUSE-INDEXER 0|1 | FAIL-SPAWNS <n>`
-pub fn run(_lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
+/// `SNAPSHOT.TESTHOOK PANIC indexer|janitor|reaper|worker | PAUSE-INDEXER 0|1 | FAIL-SPAWNS <n> | META <key>`
+///
+/// `META key`: what the index holds for `key` in the selected database,
+/// everything logged so far applied: `[type id, expiry in Unix ms or -1]`,
+/// or -2 when it does not hold the key (as `PEXPIRETIME` answers).
+pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> {
     let m =
         crate::module::try_get().ok_or_else(|| CmdError::msg("ERR snapscan is not initialised"))?;
     let (Some(what), Some(arg)) = (args.get(1), args.get(2)) else {
@@ -51,6 +55,20 @@ pub fn run(_lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError>
         } else {
             return Err(CmdError::msg("ERR syntax error"));
         }
+    } else if is(what, "meta") {
+        crate::keyspace::tracking::settle(lock, m, &m.keyspace);
+        let db = crate::server::selected_db(ctx);
+        let snap = m.snapshot(&m.open(db, 0));
+        let r = Reply::new(ctx);
+        match snap.map.get(arg) {
+            None => r.long(-2),
+            Some(meta) => {
+                r.array(2);
+                r.long(i64::from(meta.type_id()));
+                r.long(meta.expire_at().unwrap_or(-1));
+            }
+        }
+        return Ok(());
     } else if is(what, "pause-indexer") {
         m.pause_indexer.store(is(arg, "1"), Ordering::SeqCst);
     } else if is(what, "fail-spawns") {

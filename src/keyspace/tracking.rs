@@ -33,10 +33,24 @@ use std::sync::Mutex;
 /// read when any other event arrives, and before anything reads the index
 /// ([`settle`]). Main thread (server lock) only: no mutex, no locked
 /// instruction per event.
+///
+/// Also a key a string SET overwrote that must be read (the index may hold
+/// it with an expiry or another type): a SET ... EX fires "expire" for the
+/// same key right after "set", and that event reads it once for both. The
+/// truth is always read from the server, only later in the same command
+/// (or at the next event, or before the index is read).
 struct Pending {
     db: usize,
     key: Key,
     hash: u64,
+    /// The key existed before the command (a string SET over a key the
+    /// index may hold otherwise than as a plain string, parked so that the
+    /// "expire" event a SET ... EX fires right after reads it once for
+    /// both); `false`: the command created it ("new").
+    existed: bool,
+    /// The name as the server handed it (parked SETs only): read later
+    /// without a copy into a new server string.
+    held: Option<server::HeldString>,
 }
 
 /// The tracking's state (a field of `keyspace::Keyspace`).
@@ -66,45 +80,116 @@ impl Tracking {
     }
 }
 
-/// Reads the pending new key, if any, in every database (a SWAPDB or a
-/// flush may have happened since its event). Call it under the server lock
-/// only (command handlers, INFO, server events).
+/// Reads the pending key, if any, before the index is read. Call it under
+/// the server lock only (command handlers, INFO). The key is where its
+/// event left it: any later event, flush or swap would have read it.
 pub fn settle(lock: &ServerLock, m: &Shared, ks: &super::Keyspace) {
+    let t = &ks.tracking;
+    if let Some(p) = t.pending_new.take(lock) {
+        read_pending(lock, m, t, p, None);
+    }
+}
+
+/// Reads the pending key, if any, in every database (FlushDB and SwapDB
+/// events: the database of its event may have been emptied or swapped).
+fn settle_everywhere(lock: &ServerLock, m: &Shared, ks: &super::Keyspace) {
     let t = &ks.tracking;
     if let Some(p) = t.pending_new.take(lock) {
         refresh_everywhere(lock, m, t, p.key.as_bytes());
     }
 }
 
-/// Takes the pending new key. If it is `name` in `db` (whose event is about
-/// to read it anyway), returns it with its hash: the key did not exist
-/// before the command that fired the event. Otherwise reads the pending key
-/// in its database, and returns `name`'s hash, its filter block and
-/// recent-truth slot prefetched (see [`Shared::prefetch_truth`]).
+/// Reads the pending key `p` and logs its truth: through `here` (the running
+/// notification's context and its database) when the key is in that
+/// database and its name is held, else through the probe context.
+fn read_pending(
+    lock: &ServerLock,
+    m: &Shared,
+    t: &Tracking,
+    p: Pending,
+    here: Option<(Ctx, usize)>,
+) {
+    let Pending {
+        db,
+        key,
+        hash,
+        existed,
+        held,
+    } = p;
+    if let (Some(h), Some((ctx, here_db))) = (held.as_ref(), here) {
+        if here_db == db {
+            let found = keys::probe(ctx, h.ptr());
+            let name = server::string_bytes(h.ptr());
+            return record(lock, m, db, (name, Some(key)), hash, found, existed);
+        }
+    }
+    let guard = t.probe.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(probe) = guard.as_ref() else { return };
+    let ctx = probe.ctx();
+    if !server::select_db(ctx, db) {
+        return;
+    }
+    let found = match held.as_ref() {
+        Some(h) => keys::probe(ctx, h.ptr()),
+        None => match server::OwnedString::new(ctx, key.as_bytes()) {
+            Some(n) => keys::probe(ctx, n.ptr()),
+            None => return,
+        },
+    };
+    let name = key.clone();
+    record(
+        lock,
+        m,
+        db,
+        (name.as_bytes(), Some(key)),
+        hash,
+        found,
+        existed,
+    );
+}
+
+/// What [`claim_pending`] found about the key of the event.
+struct Claim {
+    /// The key's copy, if it was pending.
+    key: Option<Key>,
+    hash: u64,
+    /// Whether the key existed before the command that fired the event.
+    existed: bool,
+}
+
+/// Takes the pending key. If it is `name` in `db` (whose event is about to
+/// read it anyway), returns it with its hash and whether it existed before
+/// the command that fired the event. Otherwise reads the pending key in its
+/// database, and returns `name`'s hash, its filter block and recent-truth
+/// slot prefetched (see [`Shared::prefetch_truth`]).
 fn claim_pending(
     lock: &ServerLock,
     m: &Shared,
     t: &Tracking,
-    db: usize,
+    (ctx, db): (Ctx, usize),
     name: &[u8],
-) -> (Option<Key>, u64) {
+) -> Claim {
     let Some(p) = t.pending_new.take(lock) else {
-        return (None, m.prefetch_truth(db, name));
+        return Claim {
+            key: None,
+            hash: m.prefetch_truth(db, name),
+            existed: true,
+        };
     };
     if p.db == db && p.key.as_bytes() == name {
-        return (Some(p.key), p.hash);
+        return Claim {
+            key: Some(p.key),
+            hash: p.hash,
+            existed: p.existed,
+        };
     }
     let hash = m.prefetch_truth(db, name);
-    let guard = t.probe.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(probe) = guard.as_ref() {
-        let ctx = probe.ctx();
-        if let Some(n) = server::OwnedString::new(ctx, p.key.as_bytes()) {
-            if server::select_db(ctx, p.db) {
-                apply(lock, m, p.db, p.key.as_bytes(), keys::probe(ctx, n.ptr()));
-            }
-        }
+    read_pending(lock, m, t, p, Some((ctx, db)));
+    Claim {
+        key: None,
+        hash,
+        existed: true,
     }
-    (None, hash)
 }
 
 /// Converts a probe result into index metadata, interning module type names.
@@ -220,13 +305,22 @@ pub fn on_keyspace_event(
     }
     // The key's hash; its filter block and recent-truth slot, which its
     // record will read, are being fetched meanwhile.
-    let (created, hash) = claim_pending(lock, m, &ks.tracking, db, name);
+    let Claim {
+        key: owned,
+        hash,
+        existed,
+    } = claim_pending(lock, m, &ks.tracking, (ctx, db), name);
     if new {
         m.watches.bump(db, name);
-        let key = created.unwrap_or_else(|| Key::new(name));
-        ks.tracking
-            .pending_new
-            .replace(lock, Some(Pending { db, key, hash }));
+        let key = owned.unwrap_or_else(|| Key::new(name));
+        let p = Pending {
+            db,
+            key,
+            hash,
+            existed: false,
+            held: None,
+        };
+        ks.tracking.pending_new.replace(lock, Some(p));
         return;
     }
     if matches!(event, b"move_from" | b"move_to" | b"copy_to") {
@@ -244,15 +338,31 @@ pub fn on_keyspace_event(
         // fires right after this one, which reads the key: so a key the
         // command created is a string without expiry here, and one that
         // was such a string stays one. Neither needs reading.
-        b"set" if type_ == raw::REDISMODULE_NOTIFY_STRING as c_int => match created {
-            Some(k) => record_plain(lock, m, db, (name, k), hash),
-            None if m.skip_if_plain_h(lock, hash) => {}
-            None => record(lock, m, db, (name, None), hash, keys::probe(ctx, key), true),
+        //
+        // A key that existed and that the index may hold otherwise (with
+        // an expiry, or as another type) must be read: parked, it is read
+        // by the "expire" event that a SET ... EX fires right after, once
+        // for both events (or by the next event, or before the index is
+        // read, when the SET carried no expiry).
+        b"set" if type_ == raw::REDISMODULE_NOTIFY_STRING as c_int => match owned {
+            Some(k) if !existed => record_plain(lock, m, db, (name, k), hash),
+            _ if m.skip_if_plain_h(lock, hash) => {}
+            k => {
+                let held = server::HeldString::hold(key);
+                let key = k.unwrap_or_else(|| Key::new(name));
+                let p = Pending {
+                    db,
+                    key,
+                    hash,
+                    existed: true,
+                    held,
+                };
+                ks.tracking.pending_new.replace(lock, Some(p));
+            }
         },
         _ => {
-            let existed = created.is_none();
             let found = keys::probe(ctx, key);
-            record(lock, m, db, (name, created), hash, found, existed)
+            record(lock, m, db, (name, owned), hash, found, existed)
         }
     }
 }
@@ -277,8 +387,8 @@ pub fn on_flushdb(
     } else {
         Op::Flush(dbnum as usize)
     });
-    // A pending new key is read as things are now, after the flush.
-    settle(lock, m, ks);
+    // A pending key is read as things are now, after the flush.
+    settle_everywhere(lock, m, ks);
 }
 
 /// The SwapDB event.
@@ -291,8 +401,8 @@ pub fn on_swapdb(lock: &ServerLock, m: &Shared, ks: &super::Keyspace, data: *mut
     }
     let (a, b) = (first as usize, second as usize);
     m.push(Op::Swap(a, b));
-    // A pending new key is read as things are now, after the swap.
-    settle(lock, m, ks);
+    // A pending key is read as things are now, after the swap.
+    settle_everywhere(lock, m, ks);
     m.watches.bump_all();
     ks.backfill.topology_changed();
 }

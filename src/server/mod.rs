@@ -107,6 +107,45 @@ impl Drop for OwnedString {
     }
 }
 
+/// A string the server handed a callback (a notification's key), kept past
+/// the callback: `RedisModule_HoldString` takes a reference (a static string
+/// is copied). Used and released by the holder of the server lock only.
+pub struct HeldString(*mut raw::RedisModuleString);
+
+// SAFETY: a held string is only read and released by whichever thread holds
+// the server lock (it lives in a `LockedCell`); the server's reference count
+// is never touched without that lock.
+unsafe impl Send for HeldString {}
+
+impl HeldString {
+    /// Holds `s`, a live string of the running callback (server lock held).
+    #[allow(
+        clippy::not_unsafe_ptr_arg_deref,
+        reason = "s is a live string of the running callback, the server lock held"
+    )]
+    pub fn hold(s: *mut raw::RedisModuleString) -> Option<Self> {
+        let hold = api!(RedisModule_HoldString)?;
+        // SAFETY: s is live; a NULL context takes a plain reference, released
+        // in Drop.
+        let h = unsafe { hold(std::ptr::null_mut(), s) };
+        (!h.is_null()).then(|| HeldString(h))
+    }
+
+    pub fn ptr(&self) -> *mut raw::RedisModuleString {
+        self.0
+    }
+}
+
+impl Drop for HeldString {
+    fn drop(&mut self) {
+        if let Some(free) = api!(RedisModule_FreeString) {
+            // SAFETY: releases the reference taken in `hold`, exactly once,
+            // under the server lock (see the type's doc).
+            unsafe { free(std::ptr::null_mut(), self.0) };
+        }
+    }
+}
+
 /// The database selected on `ctx`.
 #[allow(
     clippy::not_unsafe_ptr_arg_deref,

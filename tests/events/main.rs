@@ -458,6 +458,7 @@ fn assert_replica_matches(p: &mut Connection, r: &mut Connection, dbs: &[u32], w
 
 mod backfill;
 mod eviction;
+mod expiry_exact;
 mod other_db;
 mod persistence;
 mod replication;
