@@ -567,7 +567,7 @@ pub fn info_u64(con: &mut Connection, name: &str) -> u64 {
 }
 
 /// `snapshot_index_keys_db<db>`. INFO lists only the non-empty databases
-/// (README, INFO fields), so a database without a line holds 0 keys.
+/// (README, INFO snapshot), so a database without a line holds 0 keys.
 pub fn index_keys_db(con: &mut Connection, db: u32) -> u64 {
     info_opt_u64(con, "snapshot", &format!("snapshot_index_keys_db{db}")).unwrap_or(0)
 }
