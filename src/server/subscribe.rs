@@ -36,7 +36,7 @@ pub struct Routes {
 /// router's callbacks, kept from OnLoad for the subscriptions made later,
 /// whether the `Key` event is on, whether the event loop's turns are
 /// followed. The server keeps one subscription per event and module, so
-/// nothing else in the crate subscribes.
+/// no event subscribed here may be subscribed elsewhere in the crate.
 ///
 /// Locking: the callbacks are set once at OnLoad; the flags are relaxed
 /// atomics, written at OnLoad and on the main thread.
