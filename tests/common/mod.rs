@@ -20,7 +20,10 @@ pub mod cluster;
 use redis::{Connection, FromRedisValue, RedisResult, ToRedisArgs, Value};
 use tempfile::TempDir;
 
-pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
+/// A bound on every reply, not a synchronisation: generous, because a
+/// bulk command (`DEBUG POPULATE 300000`) on a loaded 2-core machine took
+/// over 10 s once.
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a used cursor stays answerable for a retry, holding its
 /// snapshot or collection copy (README, Cursor lifetime); the janitor drops
 /// it within one of its ticks after that.
