@@ -210,7 +210,7 @@ impl Walk {
             db: self.db,
             seen: 0,
         };
-        let batch = config::get(&config::BACKFILL_BATCH).max(1) as u64;
+        let batch = config::get(&m.config.backfill_batch).max(1) as u64;
         let mut more = true;
         while more && st.seen < batch && started.elapsed() < SLICE_TIME {
             more = self.cursor.scan(ctx, |ctx, keyname, key| {
