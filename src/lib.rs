@@ -72,6 +72,14 @@ mod onload {
         }
     }
 
+    /// The config-change event's way to the module's `Latency`.
+    struct ModuleLatency;
+    impl server::latency::Owner for ModuleLatency {
+        fn latency() -> Option<&'static server::latency::Latency> {
+            module::try_get().map(|m| &m.latency)
+        }
+    }
+
     fn init(ctx: &Context, args: &[RedisString]) -> Status {
         // Arguments first: a refused load must leave nothing behind (no
         // thread, no timer, no subscription).
@@ -99,7 +107,7 @@ mod onload {
             ctx.log_warning(&format!("snapscan: refusing to load: {e}"));
             return Status::Err;
         }
-        server::latency::init(ctx.ctx);
+        server::latency::init::<ModuleLatency>(ctx.ctx, &m.latency);
         commands::testhook::at_load(m.threads);
         m.start_runtime();
         m.hash_field_ttl.store(

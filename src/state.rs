@@ -13,6 +13,8 @@ use crate::cursor::{Group, Registry};
 use crate::index::live::{FilterCache, OpenRequest};
 use crate::index::{Key, KeyMap, Live, Op, Snapshot, TypeNames};
 use crate::runtime::{Fault, Pool, Reaper, Threads};
+use crate::server::keys::NamedTypes;
+use crate::server::latency::Latency;
 use crate::server::locked::{LockedCell, ServerLock};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -125,6 +127,12 @@ pub struct Shared {
     reaping: Arc<AtomicUsize>,
     /// Whether this server has hash-field expiry (HEXPIRE), set at load.
     pub hash_field_ttl: AtomicBool,
+    /// The names the server gave non-builtin key types (see
+    /// `server::keys::probe`).
+    pub named_types: NamedTypes,
+    /// The server's `latency-monitor-threshold`, which main-thread slices
+    /// are reported against.
+    pub latency: Latency,
     /// The largest live index (node bytes) since the oldest open iteration
     /// began: the base of `snapshot.max-retained-percent` (see
     /// [`index_peak`]).
@@ -346,6 +354,8 @@ impl Shared {
             bounding: Mutex::new(()),
             reaping: Arc::new(AtomicUsize::new(0)),
             hash_field_ttl: AtomicBool::new(true),
+            named_types: NamedTypes::default(),
+            latency: Latency::default(),
             index_peak: AtomicUsize::new(0),
         }
     }

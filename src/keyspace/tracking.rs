@@ -100,7 +100,13 @@ fn claim_pending(
         let ctx = probe.ctx();
         if let Some(n) = server::OwnedString::new(ctx, p.key.as_bytes()) {
             if server::select_db(ctx, p.db) {
-                apply(lock, m, p.db, p.key.as_bytes(), keys::probe(ctx, n.ptr()));
+                apply(
+                    lock,
+                    m,
+                    p.db,
+                    p.key.as_bytes(),
+                    keys::probe(ctx, n.ptr(), &m.named_types),
+                );
             }
         }
     }
@@ -162,7 +168,13 @@ fn refresh_everywhere(lock: &ServerLock, m: &Shared, t: &Tracking, key: &[u8]) {
     };
     for db in 0..m.databases {
         if server::select_db(ctx, db) {
-            apply(lock, m, db, key, keys::probe(ctx, name.ptr()));
+            apply(
+                lock,
+                m,
+                db,
+                key,
+                keys::probe(ctx, name.ptr(), &m.named_types),
+            );
         }
     }
 }
@@ -204,7 +216,13 @@ pub fn on_keyspace_event(
         if ks.replication.async_loading() {
             return; // a temporary database's key (see replication.rs)
         }
-        return apply(lock, m, db, name, keys::probe_copy(ctx, key));
+        return apply(
+            lock,
+            m,
+            db,
+            name,
+            keys::probe_copy(ctx, key, &m.named_types),
+        );
     }
     let new = type_ & raw::REDISMODULE_NOTIFY_NEW != 0;
     let event: &[u8] = if new { b"new" } else { event_name(event) };
@@ -247,11 +265,19 @@ pub fn on_keyspace_event(
         b"set" if type_ == raw::REDISMODULE_NOTIFY_STRING as c_int => match created {
             Some(k) => record_plain(lock, m, db, (name, k), hash),
             None if m.skip_if_plain_h(lock, hash) => {}
-            None => record(lock, m, db, (name, None), hash, keys::probe(ctx, key), true),
+            None => record(
+                lock,
+                m,
+                db,
+                (name, None),
+                hash,
+                keys::probe(ctx, key, &m.named_types),
+                true,
+            ),
         },
         _ => {
             let existed = created.is_none();
-            let found = keys::probe(ctx, key);
+            let found = keys::probe(ctx, key, &m.named_types);
             record(lock, m, db, (name, created), hash, found, existed)
         }
     }

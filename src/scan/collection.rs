@@ -123,7 +123,7 @@ pub fn run_with(
     let name = if cursor == 0 {
         let name = server::OwnedString::new(ctx, key)
             .ok_or_else(|| CmdError::msg("ERR snapscan: out of memory"))?;
-        match keys::probe(ctx, name.ptr()) {
+        match keys::probe(ctx, name.ptr(), &m.named_types) {
             None => {
                 Shared::bump(&m.stats.hash_scans, 1);
                 write_empty(&Reply::new(ctx));
@@ -514,7 +514,7 @@ fn copy_deadline(
     kind: Kind,
 ) -> (TtlGuard, Option<i64>) {
     let guard = ttl_guard(ctx, m, name, db, kind);
-    let key_expire = keys::probe(ctx, name.ptr()).and_then(|f| f.expire);
+    let key_expire = keys::probe(ctx, name.ptr(), &m.named_types).and_then(|f| f.expire);
     (guard, first_deadline(guard, key_expire))
 }
 
@@ -546,7 +546,7 @@ fn ttl_guard(ctx: Ctx, m: &Shared, name: &server::OwnedString, db: usize, kind: 
 }
 
 fn record_hold(m: &Shared, started: Instant) {
-    server::latency::report(server::latency::Event::Copy, started);
+    m.latency.report(server::latency::Event::Copy, started);
     let us = started.elapsed().as_micros() as u64;
     m.stats
         .hash_longest_hold_us

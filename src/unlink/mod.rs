@@ -239,7 +239,9 @@ impl Task {
         let (started, cpu) = (Instant::now(), deletion::thread_cpu_us());
         let switches = deletion::thread_voluntary_switches();
         let next = self.slice(ctx);
-        crate::server::latency::report(crate::server::latency::Event::Unlink, started);
+        self.m
+            .latency
+            .report(crate::server::latency::Event::Unlink, started);
         let us = started.elapsed().as_micros() as u64;
         let stats = &self.m.watches.touched.stats;
         stats.longest_slice_us.fetch_max(us, Ordering::Relaxed);
@@ -310,7 +312,7 @@ impl Task {
                 }
                 if !self.dryrun {
                     names.push(name);
-                } else if keys::probe(ctx, name.ptr()).is_some() {
+                } else if keys::probe(ctx, name.ptr(), &self.m.named_types).is_some() {
                     self.count += 1;
                 }
             }
