@@ -33,8 +33,9 @@ impl Deref for Module {
 
 /// The module's state. Global because the server calls the module through
 /// C callbacks (notifications, events, commands, timers, INFO) that carry
-/// no pointer of ours; created once at OnLoad, never dropped (MODULE
-/// UNLOAD is refused).
+/// no pointer of ours; created once at OnLoad, before the configs are
+/// registered (their values are its fields), never dropped (MODULE UNLOAD
+/// is refused).
 static MODULE: OnceLock<Module> = OnceLock::new();
 
 /// Creates the module's state (idempotent): the configs at their defaults,
