@@ -218,14 +218,8 @@ const GLOBALS: &[(&str, &str)] = &[
     ("server/blocked.rs", "BLOCKED"),
 ];
 
-/// Allowed without that comment: the event loop's turns (the router's
-/// and the server layer's, being moved by their own pass), and statics of
-/// test builds only.
+/// Allowed without that comment: statics of test builds only.
 const UNEXPLAINED: &[(&str, &str)] = &[
-    ("events.rs", "LOOP_TURNS"),
-    ("server/expiry.rs", "TURN_WALL_US"),
-    ("server/expiry.rs", "TURN_MONO_US"),
-    ("server/expiry.rs", "BASE"),
     ("index/tree.rs", "VERIFY_REUSE"),
     ("server/locked.rs", "CELL"),
 ];

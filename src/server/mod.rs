@@ -5,14 +5,14 @@
 //! points the server calls (`entry`, `mainloop`) are the only code that
 //! mints the server-lock token (`locked`).
 //!
-//! Owns: the raw API, its types and callbacks, and no state of its own
-//! but the module's context (`native`), the blocked-client flag of the
-//! running handler (`blocked`, per thread) and the event loop's turn
-//! clocks (`expiry`): its caches (`latency::Latency`, `keys::NamedTypes`)
-//! and the configs' values are the module's, handed in. May touch: the
-//! pure core only (key metadata, slot sets, collection copies); what the
-//! module registers (configs, command docs) is handed in by the layers
-//! above.
+//! Owns: the raw API, its types and callbacks, and the server-facing state
+//! the `Module` holds in its fields (`subscribe::Subscriptions`,
+//! `expiry::LoopTurns`, `latency::Latency`, `keys::NamedTypes`); of its
+//! own only the module's context (`native`) and the blocked-client flag of
+//! the running handler (`blocked`, per thread). May touch: the pure core
+//! only (key metadata, slot sets, collection copies); what the module
+//! registers (configs and their values, command docs, the router's
+//! callbacks) is handed in by the layers above.
 
 pub mod blocked;
 pub mod call;
