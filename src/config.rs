@@ -8,57 +8,117 @@
 //! strict parsing of `loadmodule` arguments ([`parse_args`]), so all three
 //! ways accept and refuse the same values. To add a config, add a row.
 //!
-//! Values live in atomics: worker threads read them without any lock.
+//! Values live in atomics, fields of one [`Config`] value that the
+//! `Module` owns (`state::Shared::config`): worker threads read them
+//! without any lock, the notification path with one relaxed load through
+//! the `&Module` it already holds. The table points at the fields by
+//! accessor ([`Spec::var`]), so it is immutable and global while the values
+//! are not.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
-// The values below are global: registered with the server before the
-// `Module` exists (the pool's size is read from them when it is made), and
-// read by the server's config callbacks through `&'static` pointers.
-/// `snapshot.workers`: threads serving scans.
-pub static WORKERS: AtomicI64 = AtomicI64::new(2);
-/// `snapshot.worker-nice`: scheduling niceness of worker threads (0-19; 19 = yield to everything).
-pub static WORKER_NICE: AtomicI64 = AtomicI64::new(19);
-/// `snapshot.cursor-idle-timeout`: seconds an unused cursor stays valid.
-pub static IDLE_TIMEOUT: AtomicI64 = AtomicI64::new(60);
-/// `snapshot.max-open-cursors`: open iterations kept at most.
-pub static MAX_OPEN: AtomicI64 = AtomicI64::new(1024);
-/// `snapshot.scan-budget`: index entries one call may examine at most.
-pub static SCAN_BUDGET: AtomicI64 = AtomicI64::new(100_000);
-/// `snapshot.inline-entries`: a page that needs at most this many index
-/// entries (and a snapshot that is ready) is served on the main thread:
-/// handing it to a worker and back costs the main thread more than the walk.
-/// 0 hands every page to a worker.
-pub static INLINE_ENTRIES: AtomicI64 = AtomicI64::new(256);
-/// `snapshot.backfill-batch`: keys indexed per slice (one per turn of the
-/// event loop) while building the index after MODULE LOAD.
-pub static BACKFILL_BATCH: AtomicI64 = AtomicI64::new(1000);
+/// The value of every config, one atomic each; defaults from [`CONFIGS`].
+/// Registered with the server (which reads and writes it through `&'static`
+/// pointers) at OnLoad, right after the `Module` holding it is made.
+pub struct Config {
+    /// `snapshot.workers`: threads serving scans.
+    pub workers: AtomicI64,
+    /// `snapshot.worker-nice`: scheduling niceness of worker threads (0-19; 19 = yield to everything).
+    pub worker_nice: AtomicI64,
+    /// `snapshot.cursor-idle-timeout`: seconds an unused cursor stays valid.
+    pub idle_timeout: AtomicI64,
+    /// `snapshot.max-open-cursors`: open iterations kept at most.
+    pub max_open: AtomicI64,
+    /// `snapshot.scan-budget`: index entries one call may examine at most.
+    pub scan_budget: AtomicI64,
+    /// `snapshot.inline-entries`: a page that needs at most this many index
+    /// entries (and a snapshot that is ready) is served on the main thread:
+    /// handing it to a worker and back costs the main thread more than the walk.
+    /// 0 hands every page to a worker.
+    pub inline_entries: AtomicI64,
+    /// `snapshot.backfill-batch`: keys indexed per slice (one per turn of the
+    /// event loop) while building the index after MODULE LOAD.
+    pub backfill_batch: AtomicI64,
+    /// `snapshot.hash-copy-batch`: hash fields copied per slice (one per turn
+    /// of the event loop) when SNAPSHOT.HSCAN snapshots a large hash.
+    pub hash_copy_batch: AtomicI64,
+    /// `snapshot.collection-memory-limit` (alias `snapshot.hash-memory-limit`):
+    /// capacity all SNAPSHOT.HSCAN/SSCAN/ZSCAN copies may reserve together.
+    pub hash_memory_limit: AtomicI64,
+    /// `snapshot.unlink-batch`: keys SNAPSHOT.UNLINK deletes per slice at most.
+    pub unlink_batch: AtomicI64,
+    /// `snapshot.index-idle-timeout`: seconds without a SNAPSHOT.SCAN or
+    /// SNAPSHOT.UNLINK call after which the index is dropped until the next
+    /// one (see `idle`); 0 keeps it always.
+    pub index_idle_timeout: AtomicI64,
+    /// `snapshot.max-retained-bytes`: bytes of index nodes that old versions
+    /// (kept by open SNAPSHOT.SCAN iterations) may hold; 0 = no absolute limit.
+    pub max_retained_bytes: AtomicI64,
+    /// `snapshot.max-retained-percent`: the same limit relative to the index:
+    /// live and retained bytes together stay within (100 + this) percent of
+    /// the largest live index since the oldest open iteration began (retained
+    /// bytes at least [`RETAINED_FLOOR`]); 0 = no relative limit. With both
+    /// set, the smaller applies.
+    pub max_retained_percent: AtomicI64,
+    /// `snapshot.serve-native`: the native commands served from snapshots, as
+    /// flags (0 = none, the default; see [`SERVE_NATIVE_NAMES`]).
+    pub serve_native: AtomicI64,
+}
 
-/// `snapshot.hash-copy-batch`: hash fields copied per slice (one per turn
-/// of the event loop) when SNAPSHOT.HSCAN snapshots a large hash.
-pub static HASH_COPY_BATCH: AtomicI64 = AtomicI64::new(1000);
-/// `snapshot.collection-memory-limit` (alias `snapshot.hash-memory-limit`):
-/// capacity all SNAPSHOT.HSCAN/SSCAN/ZSCAN copies may reserve together.
-pub static HASH_MEMORY_LIMIT: AtomicI64 = AtomicI64::new(256 << 20);
+impl Default for Config {
+    /// Every value at its row's default.
+    fn default() -> Self {
+        let c = Config::zeroed();
+        for s in CONFIGS {
+            (s.var)(&c).store(s.default, Ordering::Relaxed);
+        }
+        c
+    }
+}
 
-/// `snapshot.unlink-batch`: keys SNAPSHOT.UNLINK deletes per slice at most.
-pub static UNLINK_BATCH: AtomicI64 = AtomicI64::new(10_000);
+impl Config {
+    fn zeroed() -> Self {
+        let z = || AtomicI64::new(0);
+        Config {
+            workers: z(),
+            worker_nice: z(),
+            idle_timeout: z(),
+            max_open: z(),
+            scan_budget: z(),
+            inline_entries: z(),
+            backfill_batch: z(),
+            hash_copy_batch: z(),
+            hash_memory_limit: z(),
+            unlink_batch: z(),
+            index_idle_timeout: z(),
+            max_retained_bytes: z(),
+            max_retained_percent: z(),
+            serve_native: z(),
+        }
+    }
 
-/// `snapshot.index-idle-timeout`: seconds without a SNAPSHOT.SCAN or
-/// SNAPSHOT.UNLINK call after which the index is dropped until the next
-/// one (see `idle`); 0 keeps it always.
-pub static INDEX_IDLE_TIMEOUT: AtomicI64 = AtomicI64::new(0);
+    /// Whether `spec` is the row (or an alias) of `field`.
+    pub fn is(&self, spec: &Spec, field: &AtomicI64) -> bool {
+        std::ptr::eq((spec.var)(self), field)
+    }
 
-/// `snapshot.max-retained-bytes`: bytes of index nodes that old versions
-/// (kept by open SNAPSHOT.SCAN iterations) may hold; 0 = no absolute limit.
-pub static MAX_RETAINED_BYTES: AtomicI64 = AtomicI64::new(0);
+    /// [`retained_limit`] with the configured values.
+    pub fn retained_limit(&self, live: usize, peak: usize) -> (usize, RetainedSource) {
+        retained_limit(
+            get(&self.max_retained_bytes),
+            get(&self.max_retained_percent),
+            live,
+            peak,
+        )
+    }
 
-/// `snapshot.max-retained-percent`: the same limit relative to the index:
-/// live and retained bytes together stay within (100 + this) percent of
-/// the largest live index since the oldest open iteration began (retained
-/// bytes at least [`RETAINED_FLOOR`]); 0 = no relative limit. With both
-/// set, the smaller applies.
-pub static MAX_RETAINED_PERCENT: AtomicI64 = AtomicI64::new(50);
+    /// The value of row `i` (CONFIG GET's).
+    pub fn value(&self, i: usize) -> i64 {
+        CONFIGS
+            .get(i)
+            .map_or(0, |s| (s.var)(self).load(Ordering::Relaxed))
+    }
+}
 
 /// The least a relative limit allows, so that a small index does not end
 /// iterations over a few changed leaves.
@@ -146,20 +206,6 @@ pub fn retained_limit(
     }
 }
 
-/// [`retained_limit`] with the configured values.
-pub fn retained_limit_now(live: usize, peak: usize) -> (usize, RetainedSource) {
-    retained_limit(
-        get(&MAX_RETAINED_BYTES),
-        get(&MAX_RETAINED_PERCENT),
-        live,
-        peak,
-    )
-}
-
-/// `snapshot.serve-native`: the native commands served from snapshots, as
-/// flags (0 = none, the default; see [`SERVE_NATIVE_NAMES`]).
-pub static SERVE_NATIVE: AtomicI64 = AtomicI64::new(0);
-
 /// The names of `snapshot.serve-native`'s flags (the bits of
 /// `native::mode::Native::bit`), `none` and `all` included. The server
 /// shows a value as `none`, `all` or the single flags it holds.
@@ -186,20 +232,22 @@ pub fn parse_flags(names: &[(&str, i64)], v: &[u8]) -> Option<i64> {
     Some(bits)
 }
 
+/// A value as a count (a negative one, which no range allows, as 0).
+#[inline(always)]
 pub fn get(v: &AtomicI64) -> usize {
     v.load(Ordering::Relaxed).max(0) as usize
 }
 
-pub use crate::server::configs::{Kind, Spec};
+pub use crate::server::configs::Kind;
+
+/// One config: a row of [`CONFIGS`], its value a field of [`Config`].
+pub type Spec = crate::server::configs::Spec<Config>;
+
+/// The field of a config's value.
+type Field = for<'a> fn(&'a Config) -> &'a AtomicI64;
 
 /// An integer config (constructor for one-line rows of [`CONFIGS`]).
-const fn int(
-    name: &'static str,
-    var: &'static AtomicI64,
-    default: i64,
-    min: i64,
-    max: i64,
-) -> Spec {
+const fn int(name: &'static str, var: Field, default: i64, min: i64, max: i64) -> Spec {
     Spec {
         name,
         var,
@@ -212,13 +260,7 @@ const fn int(
 }
 
 /// A memory config (bytes; accepts `256mb`-style values).
-const fn memory(
-    name: &'static str,
-    var: &'static AtomicI64,
-    default: i64,
-    min: i64,
-    max: i64,
-) -> Spec {
+const fn memory(name: &'static str, var: Field, default: i64, min: i64, max: i64) -> Spec {
     Spec {
         kind: Kind::Memory,
         ..int(name, var, default, min, max)
@@ -228,7 +270,7 @@ const fn memory(
 /// A flags config (`names`: each name with its value).
 const fn flags(
     name: &'static str,
-    var: &'static AtomicI64,
+    var: Field,
     names: &'static [(&'static str, i64)],
     max: i64,
 ) -> Spec {
@@ -240,19 +282,32 @@ const fn flags(
 }
 
 /// Every config, in registration order: one row each. A row may share its
-/// atomic with another (an alias name for the same value).
+/// field with another (an alias name for the same value). Immutable, so
+/// global: the values are in the `Module`'s [`Config`].
 pub static CONFIGS: &[Spec] = &[
-    int("workers", &WORKERS, 2, 1, 64),
-    int("worker-nice", &WORKER_NICE, 19, 0, 19),
-    int("cursor-idle-timeout", &IDLE_TIMEOUT, 60, 1, 86_400),
-    int("max-open-cursors", &MAX_OPEN, 1024, 1, 1_000_000),
-    int("scan-budget", &SCAN_BUDGET, 100_000, 100, 1_000_000_000),
-    int("inline-entries", &INLINE_ENTRIES, 256, 0, 100_000),
-    int("backfill-batch", &BACKFILL_BATCH, 1000, 1, 1_000_000),
-    int("hash-copy-batch", &HASH_COPY_BATCH, 1000, 1, 1_000_000),
+    int("workers", |c| &c.workers, 2, 1, 64),
+    int("worker-nice", |c| &c.worker_nice, 19, 0, 19),
+    int("cursor-idle-timeout", |c| &c.idle_timeout, 60, 1, 86_400),
+    int("max-open-cursors", |c| &c.max_open, 1024, 1, 1_000_000),
+    int(
+        "scan-budget",
+        |c| &c.scan_budget,
+        100_000,
+        100,
+        1_000_000_000,
+    ),
+    int("inline-entries", |c| &c.inline_entries, 256, 0, 100_000),
+    int("backfill-batch", |c| &c.backfill_batch, 1000, 1, 1_000_000),
+    int(
+        "hash-copy-batch",
+        |c| &c.hash_copy_batch,
+        1000,
+        1,
+        1_000_000,
+    ),
     memory(
         "collection-memory-limit",
-        &HASH_MEMORY_LIMIT,
+        |c| &c.hash_memory_limit,
         256 << 20,
         1024,
         i64::MAX,
@@ -260,22 +315,34 @@ pub static CONFIGS: &[Spec] = &[
     // The name before SNAPSHOT.SSCAN/ZSCAN: an alias (same value).
     memory(
         "hash-memory-limit",
-        &HASH_MEMORY_LIMIT,
+        |c| &c.hash_memory_limit,
         256 << 20,
         1024,
         i64::MAX,
     ),
-    int("unlink-batch", &UNLINK_BATCH, 10_000, 1, 1_000_000),
-    memory("max-retained-bytes", &MAX_RETAINED_BYTES, 0, 0, i64::MAX),
+    int("unlink-batch", |c| &c.unlink_batch, 10_000, 1, 1_000_000),
+    memory(
+        "max-retained-bytes",
+        |c| &c.max_retained_bytes,
+        0,
+        0,
+        i64::MAX,
+    ),
     int(
         "max-retained-percent",
-        &MAX_RETAINED_PERCENT,
+        |c| &c.max_retained_percent,
         50,
         0,
         1_000_000,
     ),
-    int("index-idle-timeout", &INDEX_IDLE_TIMEOUT, 0, 0, 31_536_000),
-    flags("serve-native", &SERVE_NATIVE, SERVE_NATIVE_NAMES, 31),
+    int(
+        "index-idle-timeout",
+        |c| &c.index_idle_timeout,
+        0,
+        0,
+        31_536_000,
+    ),
+    flags("serve-native", |c| &c.serve_native, SERVE_NATIVE_NAMES, 31),
 ];
 
 /// The prefix of every config name (the module's name).
@@ -376,20 +443,16 @@ pub fn parse_args(args: &[&[u8]]) -> Result<Vec<(usize, i64)>, String> {
             return Err(format!("argument '{given}' has no value"));
         };
         let n = check(i, &given, value)?;
+        let probe = Config::zeroed();
         if out
             .iter()
-            .any(|&(j, _)| std::ptr::eq(CONFIGS[j].var, CONFIGS[i].var))
+            .any(|&(j, _)| probe.is(&CONFIGS[j], (CONFIGS[i].var)(&probe)))
         {
             return Err(format!("argument '{given}' is given twice"));
         }
         out.push((i, n));
     }
     Ok(out)
-}
-
-/// The value of row `i` for CONFIG GET.
-pub fn value(i: usize) -> i64 {
-    CONFIGS.get(i).map_or(0, |s| s.var.load(Ordering::Relaxed))
 }
 
 #[cfg(test)]
@@ -501,10 +564,49 @@ mod tests {
 
     #[test]
     fn table_is_consistent() {
+        let c = Config::default();
         for (i, s) in CONFIGS.iter().enumerate() {
             assert!(s.min <= s.default && s.default <= s.max, "{}", s.name);
-            assert_eq!(s.var.load(Ordering::Relaxed), s.default, "{}", s.name);
+            assert_eq!(c.value(i), s.default, "{}", s.name);
             assert_eq!(find(format!("{PREFIX}{}", s.name).as_bytes()), Some(i));
         }
+    }
+
+    /// Every field of [`Config`] has a row, and rows share a field only as
+    /// the declared alias.
+    #[test]
+    fn every_field_has_a_row_and_only_aliases_share_one() {
+        let c = Config::zeroed();
+        let fields = std::mem::size_of::<Config>() / std::mem::size_of::<AtomicI64>();
+        let mut seen: Vec<(*const AtomicI64, &str)> = Vec::new();
+        for s in CONFIGS {
+            let f: *const AtomicI64 = (s.var)(&c);
+            if let Some(&(_, first)) = seen.iter().find(|(p, _)| *p == f) {
+                assert_eq!(
+                    (first, s.name),
+                    ("collection-memory-limit", "hash-memory-limit"),
+                    "only the declared alias shares a field"
+                );
+            } else {
+                seen.push((f, s.name));
+            }
+        }
+        assert_eq!(seen.len(), fields);
+        // Separate values: setting one row moves no other field.
+        for s in CONFIGS {
+            let c = Config::default();
+            (s.var)(&c).store(-7, Ordering::Relaxed);
+            for (j, t) in CONFIGS.iter().enumerate() {
+                let moved = c.value(j) == -7;
+                assert_eq!(moved, c.is(t, (s.var)(&c)), "{} vs {}", s.name, t.name);
+            }
+        }
+    }
+
+    #[test]
+    fn a_config_value_is_per_module() {
+        let (a, b) = (Config::default(), Config::default());
+        a.workers.store(9, Ordering::Relaxed);
+        assert_eq!((get(&a.workers), get(&b.workers)), (9, 2));
     }
 }

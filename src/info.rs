@@ -124,8 +124,8 @@ fn fill(lock: &ServerLock, ctx: InfoCtx) {
         "scans_refused_busy",
         st.scans_busy.load(Ordering::Relaxed),
     );
-    field(ctx, "thread_restarts", crate::runtime::thread_restarts());
-    field(ctx, "thread_failures", crate::runtime::thread_failures());
+    field(ctx, "thread_restarts", m.threads.restarts());
+    field(ctx, "thread_failures", m.threads.failures());
     field(ctx, "threads_down", state::threads_down(m));
     field(ctx, "workers", m.pool.threads() as u64);
     field(ctx, "worker_queue_depth", m.pool.queued() as u64);

@@ -1,8 +1,9 @@
 //! The module map's rules, checked on the source: the pure core imports
 //! only the core, the server layer only the core, no two top-level
-//! modules reach each other (the `use crate::X` graph has no cycle), and
+//! modules reach each other (the `use crate::X` graph has no cycle),
 //! `unsafe` appears only in the server layer (and the two documented
-//! exceptions).
+//! exceptions), and the process-wide mutable statics are the listed few,
+//! each with a comment saying why it is global.
 //! See docs/DESIGN.md, "Module map".
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -204,6 +205,112 @@ fn unsafe_lives_in_the_server_layer() {
         }
     }
     assert!(bad.is_empty(), "unsafe outside server/: {bad:?}");
+}
+
+/// The process-wide mutable statics (file, name) allowed: everything else
+/// is state of the `Module` (docs/DESIGN.md, "State ownership"). Each must
+/// be introduced by a comment saying why it is global.
+const GLOBALS: &[(&str, &str)] = &[
+    ("module.rs", "MODULE"),
+    ("alloc.rs", "HEAP"),
+    ("index/leaf.rs", "NODE_BYTES"),
+    ("server/native.rs", "MODULE_CTX"),
+    ("server/blocked.rs", "BLOCKED"),
+];
+
+/// Allowed without that comment: statics of test builds only.
+const UNEXPLAINED: &[(&str, &str)] = &[
+    ("index/tree.rs", "VERIFY_REUSE"),
+    ("server/locked.rs", "CELL"),
+];
+
+/// Statics declared in `text`: (name, whether the value is mutable, the
+/// comment lines right above it). A `static X: &...` (a reference to
+/// immutable data, a table) is not mutable; anything else may be (atomics,
+/// locks, cells, thread-locals).
+fn statics(text: &str) -> Vec<(String, bool, String)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let code = line.trim_start();
+        let Some(decl) = [
+            "static ",
+            "pub static ",
+            "pub(crate) static ",
+            "pub(super) static ",
+        ]
+        .iter()
+        .find_map(|p| code.strip_prefix(p)) else {
+            continue;
+        };
+        let name = ident(decl);
+        let ty = decl.split_once(':').map_or("", |(_, t)| t.trim_start());
+        let mut comment = String::new();
+        for above in lines[..i].iter().rev() {
+            let a = above.trim_start();
+            if a.starts_with("//") {
+                comment.insert_str(0, a);
+            } else if !(a.starts_with("#[") || a.starts_with("thread_local!")) {
+                break;
+            }
+        }
+        out.push((name, !ty.starts_with('&'), comment));
+    }
+    out
+}
+
+#[test]
+fn mutable_statics_are_the_listed_few_and_say_why() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let (mut unlisted, mut silent) = (Vec::new(), Vec::new());
+    for f in files {
+        let rel = f.strip_prefix(&src).unwrap_or(&f).display().to_string();
+        if rel == "layering.rs" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        for (name, mutable, comment) in statics(&text) {
+            if !mutable {
+                continue;
+            }
+            let at = (rel.as_str(), name.as_str());
+            if UNEXPLAINED.contains(&at) {
+                continue;
+            }
+            if !GLOBALS.contains(&at) {
+                unlisted.push(format!("{rel}: {name}"));
+            } else if !comment.to_ascii_lowercase().contains("global") {
+                silent.push(format!("{rel}: {name}"));
+            }
+        }
+    }
+    assert!(
+        unlisted.is_empty(),
+        "mutable statics that are not Module state nor listed in GLOBALS: {unlisted:?}"
+    );
+    assert!(
+        silent.is_empty(),
+        "statics without a comment saying why they are global: {silent:?}"
+    );
+}
+
+#[test]
+fn the_statics_checker_sees_tables_atomics_and_thread_locals() {
+    let text = "/// Global: why.\nstatic A: AtomicU64 = AtomicU64::new(0);\n\
+                pub static T: &[Spec] = &[];\n\
+                thread_local! {\n    /// Per thread.\n    static L: Cell<bool> = Cell::new(false);\n}\n\
+                fn f(x: &'static str) {}\n";
+    let got = statics(text);
+    assert_eq!(
+        got,
+        vec![
+            ("A".to_string(), true, "/// Global: why.".to_string()),
+            ("T".to_string(), false, String::new()),
+            ("L".to_string(), true, "/// Per thread.".to_string()),
+        ]
+    );
 }
 
 #[test]

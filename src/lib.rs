@@ -63,31 +63,53 @@ mod onload {
         }
     }
 
-    /// After a config changed at runtime: the subsystems that act on it.
+    /// After a config changed at runtime (main thread): the subsystems
+    /// that act on it.
     fn on_config_changed(spec: &'static crate::config::Spec, v: i64) {
-        module::on_config_changed(spec, v);
-        crate::native::on_config_changed(spec, v);
+        if let Some(m) = module::try_get() {
+            m.shared.on_config_changed(spec, v);
+            crate::native::on_config_changed(m, spec, v);
+        }
+    }
+
+    /// The config-change event's way to the module's `Latency`.
+    struct ModuleLatency;
+    impl server::latency::Owner for ModuleLatency {
+        fn latency() -> Option<&'static server::latency::Latency> {
+            module::try_get().map(|m| &m.latency)
+        }
     }
 
     fn init(ctx: &Context, args: &[RedisString]) -> Status {
         // Arguments first: a refused load must leave nothing behind (no
         // thread, no timer, no subscription).
         let args: Vec<&[u8]> = args.iter().map(RedisString::as_slice).collect();
-        if let Err(e) = config::parse_args(&args).and_then(|given| {
-            let table = (config::CONFIGS, config::PREFIX);
-            server::configs::register(ctx.ctx, table, &given, on_config_changed)
-        }) {
-            ctx.log_warning(&format!("snapscan: refusing to load: {e}"));
-            return Status::Err;
-        }
-        server::latency::init(ctx.ctx);
+        let given = match config::parse_args(&args) {
+            Ok(given) => given,
+            Err(e) => {
+                ctx.log_warning(&format!("snapscan: refusing to load: {e}"));
+                return Status::Err;
+            }
+        };
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64)
             ^ u64::from(std::process::id()).rotate_left(32);
         let dbs = databases(ctx);
-        commands::testhook::at_load();
+        // The configs' values are fields of the module's state: made first
+        // (no thread yet), then registered with the server, which applies
+        // the config file to them.
         let m = module::init(dbs, seed);
+        let table = (config::CONFIGS, config::PREFIX);
+        if let Err(e) =
+            server::configs::register(ctx.ctx, table, &m.config, &given, on_config_changed)
+        {
+            ctx.log_warning(&format!("snapscan: refusing to load: {e}"));
+            return Status::Err;
+        }
+        server::latency::init::<ModuleLatency>(ctx.ctx, &m.latency);
+        commands::testhook::at_load(m.threads);
+        m.start_runtime();
         m.hash_field_ttl.store(
             has_hash_field_ttl(ctx),
             std::sync::atomic::Ordering::Relaxed,
@@ -100,7 +122,7 @@ mod onload {
             .clientdb
             .register(ctx.ctx, events::ROUTES.client_db_filter);
         server::native::init(ctx.ctx);
-        crate::native::init();
+        crate::native::init(m);
         if let Err(e) = keyspace::subscribe(ctx.ctx, &m.keyspace, events::ROUTES)
             .and_then(|_| commands::register(ctx.ctx))
         {

@@ -37,11 +37,14 @@ impl Deref for Module {
 
 /// The module's state. Global because the server calls the module through
 /// C callbacks (notifications, events, commands, timers, INFO) that carry
-/// no pointer of ours; created once at OnLoad, never dropped (MODULE
-/// UNLOAD is refused).
+/// no pointer of ours; created once at OnLoad, before the configs are
+/// registered (their values are its fields), never dropped (MODULE UNLOAD
+/// is refused).
 static MODULE: OnceLock<Module> = OnceLock::new();
 
-/// Creates the module's state (idempotent).
+/// Creates the module's state (idempotent): the configs at their defaults,
+/// no thread started (OnLoad registers the configs with the server, then
+/// starts the threads: see `state::Shared::new`).
 pub fn init(databases: usize, seed: u64) -> &'static Module {
     MODULE.get_or_init(|| Module {
         shared: Shared::new(databases, seed),
@@ -54,11 +57,4 @@ pub fn init(databases: usize, seed: u64) -> &'static Module {
 #[inline]
 pub fn try_get() -> Option<&'static Module> {
     MODULE.get()
-}
-
-/// After a config changed at runtime (main thread): what acts on it.
-pub fn on_config_changed(spec: &'static crate::config::Spec, v: i64) {
-    if let Some(m) = try_get() {
-        m.shared.on_config_changed(spec, v);
-    }
 }

@@ -1,17 +1,20 @@
-//! What every subsystem shares: the live index behind its operation log,
-//! the cursor registries, the collection-copy watches, the worker pool and
-//! the reaper, the figures INFO prints, and the module's own threads
-//! (indexer, janitor) with their restart. [`Shared`] is one field of the
+//! What every subsystem shares: the configs' values, the live index behind
+//! its operation log, the cursor registries, the collection-copy watches,
+//! the worker pool and the reaper, the figures INFO prints, and the
+//! module's own threads (indexer, janitor) with their restart and what
+//! they report to (`runtime::Threads`). [`Shared`] is one field of the
 //! `Module` value (`module.rs`), which also owns each subsystem's state;
 //! subsystems are handed `&Shared`, never the `Module`.
 
 use crate::collections::watch::Watches;
 use crate::collections::CollCopy;
-use crate::config;
+use crate::config::{self, Config};
 use crate::cursor::{Group, Registry};
 use crate::index::live::{FilterCache, OpenRequest};
 use crate::index::{Key, KeyMap, Live, Op, Snapshot, TypeNames};
-use crate::runtime::{Fault, Pool, Reaper};
+use crate::runtime::{Fault, Pool, Reaper, Threads};
+use crate::server::keys::NamedTypes;
+use crate::server::latency::Latency;
 use crate::server::locked::{LockedCell, ServerLock};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -86,6 +89,9 @@ pub struct Stats {
 }
 
 pub struct Shared {
+    /// The value of every `snapshot.*` config (registered with the server
+    /// at OnLoad, right after the `Module` is made).
+    pub config: Config,
     /// Live index behind its operation log (see `index::live`).
     live: Live,
     /// The index's filter as its one writer, the server-lock holder,
@@ -100,6 +106,11 @@ pub struct Shared {
     pub watches: Watches,
     pub pool: Pool,
     pub reaper: Reaper,
+    /// What the module's threads report to (panics, failed spawns, the
+    /// log) and the test faults. `&'static`: the pool's and the reaper's
+    /// threads hold it, and they are made with `Shared`, before it has an
+    /// address (see `Threads::leak`).
+    pub threads: &'static Threads,
     pub stats: Stats,
     /// Calls of the native commands routed by `snapshot.serve-native`.
     pub native: NativeServing,
@@ -116,6 +127,12 @@ pub struct Shared {
     reaping: Arc<AtomicUsize>,
     /// Whether this server has hash-field expiry (HEXPIRE), set at load.
     pub hash_field_ttl: AtomicBool,
+    /// The names the server gave non-builtin key types (see
+    /// `server::keys::probe`).
+    pub named_types: NamedTypes,
+    /// The server's `latency-monitor-threshold`, which main-thread slices
+    /// are reported against.
+    pub latency: Latency,
     /// The largest live index (node bytes) since the oldest open iteration
     /// began: the base of `snapshot.max-retained-percent` (see
     /// [`index_peak`]).
@@ -133,6 +150,9 @@ pub struct Shared {
 #[derive(Default)]
 pub struct NativeServing {
     pub ever_on: AtomicBool,
+    /// Whether the command filter is registered (main thread only: OnLoad
+    /// and config changes).
+    pub filter_registered: AtomicBool,
     pub served: [AtomicU64; 5],
     pub native: [AtomicU64; 5],
     pub restarted: [AtomicU64; 5],
@@ -287,7 +307,7 @@ impl Shared {
             db,
             pages,
             self.mono_ms(),
-            config::get(&config::MAX_OPEN),
+            config::get(&self.config.max_open),
         );
         if !evicted.is_empty() {
             self.reaper.dispose(evicted);
@@ -306,10 +326,14 @@ impl Shared {
 
 impl Shared {
     /// The shared state of a module serving `databases` databases; `seed`
-    /// randomises cursor ids.
+    /// randomises cursor ids. The configs are at their defaults and no
+    /// thread is started: OnLoad registers the configs (the server applies
+    /// the config file to them), then [`start_runtime`](Self::start_runtime)
+    /// starts the pool and the reaper with the values loaded.
     pub fn new(databases: usize, seed: u64) -> Shared {
-        crate::runtime::set_logger(log_line);
+        let threads = Threads::leak(log_line);
         Shared {
+            config: Config::default(),
             live: Live::new(databases),
             filter_cache: LockedCell::new(FilterCache::default()),
             databases: databases.max(1),
@@ -317,12 +341,9 @@ impl Shared {
             cursors: Registry::new(seed),
             hash_cursors: Registry::new(seed.rotate_left(17) ^ 0x5eed),
             watches: Watches::new(),
-            pool: Pool::new(
-                "snapscan-worker",
-                config::get(&config::WORKERS),
-                config::get(&config::WORKER_NICE),
-            ),
-            reaper: Reaper::new(),
+            pool: Pool::new("snapscan-worker", threads, 0),
+            reaper: Reaper::new(threads),
+            threads,
             stats: Stats::default(),
             native: NativeServing::default(),
             started: Instant::now(),
@@ -333,15 +354,28 @@ impl Shared {
             bounding: Mutex::new(()),
             reaping: Arc::new(AtomicUsize::new(0)),
             hash_field_ttl: AtomicBool::new(true),
+            named_types: NamedTypes::default(),
+            latency: Latency::default(),
             index_peak: AtomicUsize::new(0),
         }
     }
 
+    /// Starts the worker pool (`snapshot.workers` threads at
+    /// `snapshot.worker-nice`) and the reaper; OnLoad, once the configs
+    /// are loaded. A thread that cannot be started is retried by
+    /// [`ensure_threads`].
+    pub fn start_runtime(&self) {
+        self.pool.set_nice(config::get(&self.config.worker_nice));
+        self.pool.resize(config::get(&self.config.workers));
+        self.reaper.ensure_running();
+    }
+
     /// After a config changed at runtime (main thread): what acts on it.
     pub fn on_config_changed(&self, spec: &'static config::Spec, v: i64) {
-        if std::ptr::eq(spec.var, &config::WORKERS) {
+        let c = &self.config;
+        if c.is(spec, &c.workers) {
             self.pool.resize(v.max(0) as usize);
-        } else if std::ptr::eq(spec.var, &config::WORKER_NICE) {
+        } else if c.is(spec, &c.worker_nice) {
             self.pool.set_nice(v.max(0) as usize);
         }
     }
@@ -401,7 +435,7 @@ pub fn note_iteration(m: &Shared, bytes: usize) {
 /// it (see [`config::retained_limit`]).
 pub fn retained_limit(m: &Shared) -> (usize, config::RetainedSource) {
     let peak = index_peak(m);
-    config::retained_limit_now(m.live.live_node_bytes(), peak)
+    m.config.retained_limit(m.live.live_node_bytes(), peak)
 }
 
 /// Keeps the bytes held by old versions within [`retained_limit`]
@@ -452,11 +486,11 @@ fn log_line(msg: &str) {
 }
 
 /// Applies the index's operation log on its own thread, forever; a panic
-/// restarts the loop (see `pool::run_supervised`).
+/// restarts the loop (see `runtime::Threads::run_supervised`).
 pub fn start_indexer(m: &'static Shared) {
     m.indexer_alive.store(true, Ordering::SeqCst);
-    let ok = crate::runtime::spawn_named("snapscan-indexer".into(), move || {
-        crate::runtime::run_supervised("snapscan-indexer", &|| {
+    let ok = m.threads.spawn_named("snapscan-indexer".into(), move || {
+        m.threads.run_supervised("snapscan-indexer", &|| {
             m.live
                 .run_indexer(&|maps: Vec<KeyMap>| m.dispose_maps(maps), &|_| {
                     indexer_tick(m)
@@ -470,7 +504,7 @@ pub fn start_indexer(m: &'static Shared) {
 }
 
 fn indexer_tick(m: &Shared) {
-    if crate::runtime::take_fault(Fault::Indexer) {
+    if m.threads.faults.take(Fault::Indexer) {
         panic!("injected fault (test hook)");
     }
     // Test hook: hold the indexer (bounded, re-checked every millisecond).
@@ -486,19 +520,19 @@ fn indexer_tick(m: &Shared) {
 /// snapshot memory and restarts missing threads.
 pub fn start_janitor(m: &'static Shared) {
     m.janitor_alive.store(true, Ordering::SeqCst);
-    let ok = crate::runtime::spawn_named("snapscan-janitor".into(), move || {
+    let ok = m.threads.spawn_named("snapscan-janitor".into(), move || {
         {
-            crate::runtime::run_supervised("snapscan-janitor", &|| loop {
+            m.threads.run_supervised("snapscan-janitor", &|| loop {
                 std::thread::sleep(Duration::from_millis(250));
-                if crate::runtime::take_fault(Fault::Janitor) {
+                if m.threads.faults.take(Fault::Janitor) {
                     panic!("injected fault (test hook)");
                 }
-                let idle_ms = config::get(&config::IDLE_TIMEOUT) as u64 * 1000;
+                let idle_ms = config::get(&m.config.idle_timeout) as u64 * 1000;
                 m.cursors.expire_idle(m.mono_ms(), idle_ms, drop);
                 m.hash_cursors.expire_idle(m.mono_ms(), idle_ms, drop);
                 // The surplus over a lowered snapshot.max-open-cursors
                 // (insertions evict only a few at a time).
-                let max_open = config::get(&config::MAX_OPEN);
+                let max_open = config::get(&m.config.max_open);
                 m.cursors.trim(max_open, drop);
                 m.hash_cursors.trim(max_open, drop);
                 m.watches.sweep();

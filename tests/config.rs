@@ -171,6 +171,12 @@ fn loadex_config_is_range_checked_and_wins_over_args() {
         server.log_tail(10)
     );
     assert!(log.contains("snapscan: refusing to load: a snapshot.* value"));
+    // Refused while the server applied the values: no thread was started.
+    assert_eq!(
+        threads(server.pid()),
+        0,
+        "a refused load left threads behind"
+    );
     let _: Value = query(
         &mut con,
         &[
@@ -189,6 +195,11 @@ fn loadex_config_is_range_checked_and_wins_over_args() {
     )
     .unwrap();
     assert_configs(&mut con, &[("workers", "4"), ("scan-budget", "500")]);
+    // The threads start with the values loaded, after a refused load too.
+    wait_until("4 workers", Duration::from_secs(10), || {
+        info_u64(&mut con, "snapshot_workers") == 4
+            && info_u64(&mut con, "snapshot_threads_down") == 0
+    });
 }
 
 // ------------------------------------------------------------- CONFIG SET

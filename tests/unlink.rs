@@ -194,11 +194,17 @@ fn a_large_deletion_runs_in_slices_while_others_are_served() {
     assert_eq!(dbsize(&mut con), 1);
     assert!(served_during > 0, "no command served during the deletion");
     let slice = info_u64(&mut con, "snapshot_unlink_longest_slice_us");
-    eprintln!("longest slice {slice} us, PING max {max_ping:?}, {served_during} PINGs during");
-    // 1 ms per slice by design; generous bound for a loaded 2-core VM.
+    let cpu = info_u64(&mut con, "snapshot_unlink_longest_slice_cpu_us");
+    eprintln!(
+        "longest slice {slice} us wall, {cpu} us CPU, PING max {max_ping:?}, {served_during} PINGs during"
+    );
+    // 1 ms of main-thread CPU per slice by design; checked on the thread's
+    // CPU time, which another process taking the core does not inflate (the
+    // wall figure reached 26 ms under a load of 10 on 2 cores); generous
+    // for cache misses on a loaded VM.
     assert!(
-        slice < 25_000,
-        "longest slice {slice} us (PING max {max_ping:?})"
+        cpu < 10_000,
+        "longest slice {cpu} us of CPU ({slice} us wall, PING max {max_ping:?})"
     );
     assert_eq!(
         info_u64(&mut con, "snapshot_unlink_keys_unlinked"),

@@ -38,8 +38,8 @@ fn dispatch(
     // A client blocked by the handler is answered by its BlockedReply only
     // (also when the handler panicked after blocking it).
     let blocked = server::blocked::take_blocked_flag();
-    if !blocked {
-        server::latency::report(server::latency::Event::Inline, started);
+    if let (false, Some(m)) = (blocked, crate::module::try_get()) {
+        m.latency.report(server::latency::Event::Inline, started);
     }
     let r = Reply::new(ctx);
     match outcome {

@@ -4,7 +4,7 @@
 //! production server never has it.
 
 use crate::args::CmdError;
-use crate::runtime::{self, Fault};
+use crate::runtime::{Fault, Threads};
 use crate::server::locked::ServerLock;
 use crate::server::{reply::Reply, Ctx};
 use std::sync::atomic::Ordering;
@@ -16,7 +16,7 @@ pub fn enabled() -> bool {
 
 /// Applies `SNAPSCAN_TEST_FAIL_SPAWNS=<n>` (the next n thread spawns fail)
 /// before the module starts its threads; test-only like the command.
-pub fn at_load() {
+pub fn at_load(threads: &Threads) {
     if !enabled() {
         return;
     }
@@ -24,7 +24,7 @@ pub fn at_load() {
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
     {
-        runtime::fail_next_spawns(n);
+        threads.faults.fail_next_spawns(n);
     }
 }
 
@@ -42,11 +42,11 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> 
     let is = |a: &[u8], s: &str| a.eq_ignore_ascii_case(s.as_bytes());
     if is(what, "panic") {
         if is(arg, "indexer") {
-            runtime::inject_fault(Fault::Indexer);
+            m.threads.faults.inject(Fault::Indexer);
         } else if is(arg, "janitor") {
-            runtime::inject_fault(Fault::Janitor);
+            m.threads.faults.inject(Fault::Janitor);
         } else if is(arg, "reaper") {
-            runtime::inject_fault(Fault::Reaper);
+            m.threads.faults.inject(Fault::Reaper);
             m.reaper.dispose(()); // wakes it
         } else if is(arg, "worker") {
             let _ = m
@@ -76,7 +76,7 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> 
             .ok()
             .and_then(|s| s.parse::<usize>().ok())
             .ok_or_else(|| CmdError::msg("ERR value is not an integer or out of range"))?;
-        runtime::fail_next_spawns(n);
+        m.threads.faults.fail_next_spawns(n);
     } else {
         return Err(CmdError::msg("ERR syntax error"));
     }

@@ -45,9 +45,12 @@ pub const RUN_MAX: usize = 128;
 /// in a leaf of [`LEAF_MAX`] bytes; past it runs just grow).
 const RESTARTS: usize = 16;
 
-/// Global: nodes are made and dropped on any thread (snapshots freed by the
-/// reaper) and do not know their index; a pointer per node would cost
-/// memory per key.
+/// Global: a node is shared by the live map and any number of snapshots
+/// and freed by whichever thread drops the last of them (often the reaper),
+/// in `Drop`, which can be handed nothing; counting per index would need a
+/// counter pointer in every node (memory and a dependent load on every
+/// copy-on-write and free) for a figure that is per process anyway (one
+/// `Module`, whose index is all the nodes there are).
 static NODE_BYTES: AtomicUsize = AtomicUsize::new(0);
 
 /// Bytes held by every tree node alive, in every version: leaf buffers and

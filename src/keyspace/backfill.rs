@@ -128,8 +128,8 @@ fn on_scanned(
 ) {
     st.seen += 1;
     let found = match (key.is_null(), api!(RedisModule_KeyType)) {
-        (false, Some(kt)) => keys::probe_open(ctx, keyname, key, kt),
-        _ => keys::probe(ctx, keyname),
+        (false, Some(kt)) => keys::probe_open(ctx, keyname, key, kt, &st.m.named_types),
+        _ => keys::probe(ctx, keyname, &st.m.named_types),
     };
     super::tracking::apply(st.lock, st.m, st.db, server::string_bytes(keyname), found);
 }
@@ -210,7 +210,7 @@ impl Walk {
             db: self.db,
             seen: 0,
         };
-        let batch = config::get(&config::BACKFILL_BATCH).max(1) as u64;
+        let batch = config::get(&m.config.backfill_batch).max(1) as u64;
         let mut more = true;
         while more && st.seen < batch && started.elapsed() < SLICE_TIME {
             more = self.cursor.scan(ctx, |ctx, keyname, key| {
@@ -220,7 +220,7 @@ impl Walk {
         self.bf
             .longest_hold_us
             .fetch_max(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-        server::latency::report(server::latency::Event::Backfill, started);
+        m.latency.report(server::latency::Event::Backfill, started);
         self.bf.scanned.fetch_add(st.seen, Ordering::Relaxed);
         if !more {
             self.db += 1;

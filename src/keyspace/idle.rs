@@ -64,7 +64,7 @@ impl Idle {
     /// A server cron tick: whether the index should be dropped (idle long
     /// enough) or rebuilt (the timeout was set back to 0 meanwhile).
     pub fn on_cron(&self, lock: &ServerLock, m: &Shared, building: bool) -> Tick {
-        let timeout_ms = config::get(&config::INDEX_IDLE_TIMEOUT) as u64 * 1000;
+        let timeout_ms = config::get(&m.config.index_idle_timeout) as u64 * 1000;
         if self.dropped.get(lock) {
             return if timeout_ms == 0 {
                 Tick::Rebuild // retried at the next tick if it cannot start

@@ -119,7 +119,7 @@ fn read_pending(
     } = p;
     if let (Some(h), Some((ctx, here_db))) = (held.as_ref(), here) {
         if here_db == db {
-            let found = keys::probe(ctx, h.ptr());
+            let found = keys::probe(ctx, h.ptr(), &m.named_types);
             let name = server::string_bytes(h.ptr());
             return record(lock, m, db, (name, Some(key)), hash, found, existed);
         }
@@ -131,9 +131,9 @@ fn read_pending(
         return;
     }
     let found = match held.as_ref() {
-        Some(h) => keys::probe(ctx, h.ptr()),
+        Some(h) => keys::probe(ctx, h.ptr(), &m.named_types),
         None => match server::OwnedString::new(ctx, key.as_bytes()) {
-            Some(n) => keys::probe(ctx, n.ptr()),
+            Some(n) => keys::probe(ctx, n.ptr(), &m.named_types),
             None => return,
         },
     };
@@ -248,7 +248,13 @@ fn refresh_everywhere(lock: &ServerLock, m: &Shared, t: &Tracking, key: &[u8]) {
     };
     for db in 0..m.databases {
         if server::select_db(ctx, db) {
-            apply(lock, m, db, key, keys::probe(ctx, name.ptr()));
+            apply(
+                lock,
+                m,
+                db,
+                key,
+                keys::probe(ctx, name.ptr(), &m.named_types),
+            );
         }
     }
 }
@@ -293,7 +299,13 @@ pub fn on_keyspace_event(
         if ks.replication.async_loading() {
             return; // a temporary database's key (see replication.rs)
         }
-        return apply(lock, m, db, name, keys::probe_copy(ctx, key));
+        return apply(
+            lock,
+            m,
+            db,
+            name,
+            keys::probe_copy(ctx, key, &m.named_types),
+        );
     }
     let new = type_ & raw::REDISMODULE_NOTIFY_NEW != 0;
     let event: &[u8] = if new { b"new" } else { event_name(event) };
@@ -365,7 +377,7 @@ pub fn on_keyspace_event(
             }
         },
         _ => {
-            let found = keys::probe(ctx, key);
+            let found = keys::probe(ctx, key, &m.named_types);
             record(lock, m, db, (name, owned), hash, found, existed)
         }
     }

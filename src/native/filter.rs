@@ -12,17 +12,13 @@ use crate::server::clientdb::{client_state, FilterCall};
 use crate::server::entry::CommandFilter;
 use crate::server::locked::ServerLock;
 use crate::server::native as raw_native;
-use std::sync::atomic::{AtomicBool, Ordering};
+use crate::state::NativeServing;
+use std::sync::atomic::Ordering;
 
-/// Whether the filter is registered (main thread only).
-/// Global for now: the serving subsystems' structs need the command
-/// handlers handed the `Module` (docs/DESIGN.md, "State ownership").
-static REGISTERED: AtomicBool = AtomicBool::new(false);
-
-/// Registers the filter once (main thread).
-pub fn register() {
-    if !REGISTERED.load(Ordering::Relaxed) && raw_native::register_filter::<Filter>() {
-        REGISTERED.store(true, Ordering::Relaxed);
+/// Registers the filter once (main thread); `s` remembers that it is.
+pub fn register(s: &NativeServing) {
+    if !s.filter_registered.load(Ordering::Relaxed) && raw_native::register_filter::<Filter>() {
+        s.filter_registered.store(true, Ordering::Relaxed);
     }
 }
 
@@ -30,10 +26,10 @@ pub struct Filter;
 
 impl CommandFilter for Filter {
     fn on(_lock: &ServerLock, call: &FilterCall) {
-        let bits = crate::config::SERVE_NATIVE.load(Ordering::Relaxed);
         let Some(m) = crate::module::try_get() else {
             return;
         };
+        let bits = m.config.serve_native.load(Ordering::Relaxed);
         if !super::watching(&m.native, bits) {
             return;
         }

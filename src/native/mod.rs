@@ -4,14 +4,14 @@
 //! served ([`plan`]), the module commands the filter routes SCAN, KEYS,
 //! HSCAN, SSCAN and ZSCAN to and SNAPSHOT.KEYS ([`serve`], [`keys`]), and
 //! their state (`state::NativeServing`, a field of `state::Shared`:
-//! counters, and whether the mode was ever on), the command filter
-//! ([`filter`]).
+//! counters, whether the mode was ever on, whether the filter is
+//! registered), the command filter ([`filter`]).
 //!
 //! May touch: the SNAPSHOT.* machinery (`scan::keyspace`,
 //! `scan::collection`), the module state, the configs, and the server
 //! layer's `server::native` (registering the filter, reading and
-//! rewriting the call, the ACL check, the native call). The config row is
-//! `config::SERVE_NATIVE`. [`mode`] and [`plan`] are pure.
+//! rewriting the call, the ACL check, the native call). The config's value
+//! is `config::Config::serve_native`. [`mode`] and [`plan`] are pure.
 //!
 //! The rules (README, "Serving the native commands"): a call is served from
 //! a snapshot when its cursor is 0 or one snapscan issued (every such
@@ -26,7 +26,7 @@ pub mod mode;
 pub mod plan;
 pub mod serve;
 
-use crate::state::NativeServing;
+use crate::state::{NativeServing, Shared};
 use mode::Native;
 use std::sync::atomic::Ordering;
 
@@ -86,17 +86,17 @@ pub fn figures(s: &NativeServing) -> Vec<(String, u64)> {
 }
 
 /// OnLoad: registers the filter when the mode is on from the start.
-pub fn init() {
-    if crate::config::SERVE_NATIVE.load(Ordering::Relaxed) != 0 {
-        filter::register();
+pub fn init(m: &Shared) {
+    if m.config.serve_native.load(Ordering::Relaxed) != 0 {
+        filter::register(&m.native);
     }
 }
 
 /// After a runtime config change: the filter is registered the first
 /// time the mode is switched on, so a server that never uses it pays
 /// nothing per command.
-pub fn on_config_changed(spec: &'static crate::config::Spec, v: i64) {
-    if std::ptr::eq(spec.var, &crate::config::SERVE_NATIVE) && v != 0 {
-        filter::register();
+pub fn on_config_changed(m: &Shared, spec: &'static crate::config::Spec, v: i64) {
+    if m.config.is(spec, &m.config.serve_native) && v != 0 {
+        filter::register(&m.native);
     }
 }

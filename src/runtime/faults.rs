@@ -1,16 +1,10 @@
 //! Test-only fault injection (`SNAPSHOT.TESTHOOK`): failed spawns and
-//! one-shot panics of the module's threads.
+//! one-shot panics of the module's threads. A field of
+//! [`Threads`](super::Threads), read by the threads it reports on.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Test-only fault injection: the next this-many spawns fail.
-pub(super) static FAIL_SPAWNS: AtomicUsize = AtomicUsize::new(0);
-/// Test-only fault injection: pending one-shot panics ([`Fault`] bits).
-/// Global for now: test faults read by runtime threads handed no state of
-/// the module (see docs/DESIGN.md, "State ownership").
-static FAULTS: AtomicUsize = AtomicUsize::new(0);
-
-/// A thread that a test can make panic once ([`inject_fault`]).
+/// A thread that a test can make panic once ([`Faults::inject`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {
     Indexer = 1,
@@ -18,18 +12,37 @@ pub enum Fault {
     Reaper = 4,
 }
 
-/// Test-only: the thread `f` panics at its next turn.
-pub fn inject_fault(f: Fault) {
-    FAULTS.fetch_or(f as usize, Ordering::SeqCst);
+/// Pending test faults (none in production: only SNAPSHOT.TESTHOOK and
+/// `SNAPSCAN_TEST_FAIL_SPAWNS` set them).
+#[derive(Default)]
+pub struct Faults {
+    /// The next this-many spawns fail.
+    fail_spawns: AtomicUsize,
+    /// Pending one-shot panics ([`Fault`] bits).
+    pending: AtomicUsize,
 }
 
-/// Whether a panic was injected into `f` (clearing it).
-pub fn take_fault(f: Fault) -> bool {
-    FAULTS.load(Ordering::Relaxed) & f as usize != 0
-        && FAULTS.fetch_and(!(f as usize), Ordering::SeqCst) & f as usize != 0
-}
+impl Faults {
+    /// The thread `f` panics at its next turn.
+    pub fn inject(&self, f: Fault) {
+        self.pending.fetch_or(f as usize, Ordering::SeqCst);
+    }
 
-/// Test-only: makes the next `n` thread spawns fail.
-pub fn fail_next_spawns(n: usize) {
-    FAIL_SPAWNS.store(n, Ordering::SeqCst);
+    /// Whether a panic was injected into `f` (clearing it).
+    pub fn take(&self, f: Fault) -> bool {
+        self.pending.load(Ordering::Relaxed) & f as usize != 0
+            && self.pending.fetch_and(!(f as usize), Ordering::SeqCst) & f as usize != 0
+    }
+
+    /// Makes the next `n` thread spawns fail.
+    pub fn fail_next_spawns(&self, n: usize) {
+        self.fail_spawns.store(n, Ordering::SeqCst);
+    }
+
+    /// Whether this spawn is one to fail (counting it).
+    pub(super) fn take_spawn_failure(&self) -> bool {
+        self.fail_spawns
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    }
 }

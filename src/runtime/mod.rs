@@ -5,11 +5,16 @@
 //! server's main thread wins the CPU when both want it.
 //!
 //! No thread dies silently: a panic in a job, a destructor or a service
-//! loop ([`run_supervised`]) is caught, logged through [`set_logger`]'s
-//! function and counted ([`thread_restarts`]); the loop restarts after a
-//! pause that grows with repeated panics (10 ms doubling to 5 s). A thread
-//! that cannot be started is counted ([`thread_failures`]) and logged; its
-//! owner retries later (see `state::ensure_threads`).
+//! loop ([`Threads::run_supervised`]) is caught, logged through the
+//! function [`Threads`] was made with and counted ([`Threads::restarts`]);
+//! the loop restarts after a pause that grows with repeated panics (10 ms
+//! doubling to 5 s). A thread that cannot be started is counted
+//! ([`Threads::failures`]) and logged; its owner retries later (see
+//! `state::ensure_threads`).
+//!
+//! Owns: no process-wide state. [`Threads`] (the counters, the log, the
+//! test faults) is one value per `Module` (`state::Shared::threads`); the
+//! pool, the reaper and the module's loops are handed `&'static` to it.
 //!
 //! May touch: std, and the server layer only to set a thread's niceness.
 
@@ -18,12 +23,10 @@ pub mod pool;
 pub mod reaper;
 pub mod supervise;
 
-pub use faults::{fail_next_spawns, inject_fault, take_fault, Fault};
+pub use faults::{Fault, Faults};
 pub use pool::{set_thread_nice, Job, Pool};
 pub use reaper::Reaper;
-pub use supervise::{
-    note_panic, run_supervised, set_logger, spawn_named, thread_failures, thread_restarts,
-};
+pub use supervise::Threads;
 
 #[cfg(test)]
 mod tests {
@@ -35,9 +38,30 @@ mod tests {
     use std::time::Duration;
     use std::time::Instant;
 
+    /// What a test's threads report to: its own, counted from 0.
+    fn threads() -> &'static Threads {
+        Threads::leak(|_| {})
+    }
+
+    /// A pool of `n` threads at niceness `nice`.
+    fn pool(name: &'static str, n: usize, nice: usize) -> Pool {
+        let pool = Pool::new(name, threads(), nice);
+        pool.resize(n);
+        pool
+    }
+
+    fn reaper() -> Reaper {
+        let r = Reaper::new(threads());
+        assert!(r.ensure_running());
+        r
+    }
+
     #[test]
     fn runs_jobs_survives_panics_and_resizes() {
-        let pool = Pool::new("t", 2, 5);
+        let rt = threads();
+        let pool = Pool::new("t", rt, 5);
+        assert_eq!(pool.threads(), 0, "no thread before the first resize");
+        pool.resize(2);
         let (tx, rx) = channel();
         for i in 0..50 {
             let tx = tx.clone();
@@ -56,6 +80,13 @@ mod tests {
         got.sort();
         assert_eq!(got.len(), 49);
         assert!(!got.contains(&3));
+        // Counted by its worker right after the unwind (the other worker
+        // may have run the rest meanwhile).
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while rt.restarts() == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(rt.restarts(), 1, "the job's panic is counted");
         pool.resize(4);
         assert_eq!(pool.threads(), 4);
         settle(&pool, 1);
@@ -73,7 +104,7 @@ mod tests {
 
     #[test]
     fn resizes_interrupted_midway_converge_to_the_last_size() {
-        let pool = Pool::new("r", 4, 0);
+        let pool = pool("r", 4, 0);
         for round in 0..5 {
             pool.resize(1);
             // Interrupt the shrink as soon as it started.
@@ -106,7 +137,7 @@ mod tests {
     #[test]
     fn reaper_drops_single_values_and_batches() {
         let dropped = Arc::new(AtomicUsize::new(0));
-        let reaper = Reaper::new();
+        let reaper = reaper();
         reaper.dispose(Counted(Arc::clone(&dropped)));
         wait_for(&dropped, 1);
         for _ in 0..(3 * WAKE_AT + 7) {
@@ -121,14 +152,14 @@ mod tests {
     #[test]
     fn a_supervised_loop_is_restarted_after_each_panic() {
         let runs = AtomicUsize::new(0);
-        let before = thread_restarts();
-        run_supervised("t", &|| {
+        let rt = threads();
+        rt.run_supervised("t", &|| {
             if runs.fetch_add(1, Ordering::SeqCst) < 2 {
                 panic!("boom");
             }
         });
         assert_eq!(runs.load(Ordering::SeqCst), 3);
-        assert!(thread_restarts() >= before + 2);
+        assert_eq!(rt.restarts(), 2);
     }
 
     struct Bomb;
@@ -141,7 +172,7 @@ mod tests {
     #[test]
     fn the_reaper_survives_a_panicking_destructor() {
         let dropped = Arc::new(AtomicUsize::new(0));
-        let reaper = Reaper::new();
+        let reaper = reaper();
         reaper.dispose(Bomb);
         wait_for(&dropped, 0);
         reaper.dispose(Counted(Arc::clone(&dropped)));
@@ -151,15 +182,35 @@ mod tests {
 
     #[test]
     fn injected_faults_fire_once() {
-        inject_fault(Fault::Janitor);
-        assert!(take_fault(Fault::Janitor));
-        assert!(!take_fault(Fault::Janitor));
+        let f = &threads().faults;
+        f.inject(Fault::Janitor);
+        assert!(!f.take(Fault::Indexer));
+        assert!(f.take(Fault::Janitor));
+        assert!(!f.take(Fault::Janitor));
+    }
+
+    #[test]
+    fn failed_spawns_are_counted_and_the_next_ones_work() {
+        let rt = threads();
+        rt.faults.fail_next_spawns(2);
+        let pool = Pool::new("f", rt, 0);
+        pool.resize(1);
+        assert_eq!((pool.threads(), rt.failures()), (0, 1));
+        let r = Reaper::new(rt);
+        assert!(!r.ensure_running());
+        assert_eq!((r.is_running(), rt.failures()), (false, 2));
+        pool.resize(1);
+        assert!(r.ensure_running());
+        assert_eq!(
+            (pool.threads(), r.is_running(), rt.failures()),
+            (1, true, 2)
+        );
     }
 
     #[test]
     fn dropping_the_reaper_drops_what_it_holds() {
         let dropped = Arc::new(AtomicUsize::new(0));
-        let reaper = Reaper::new();
+        let reaper = reaper();
         for _ in 0..10 {
             reaper.dispose(Counted(Arc::clone(&dropped)));
         }
@@ -169,7 +220,7 @@ mod tests {
 
     #[test]
     fn an_idle_pool_wakes_for_a_job_and_a_busy_one_drains_its_queue() {
-        let pool = Pool::new("w", 1, 0);
+        let pool = pool("w", 1, 0);
         let (tx, rx) = channel();
         // Let the thread go idle, then submit: it must be woken.
         std::thread::sleep(Duration::from_millis(20));

@@ -6,7 +6,7 @@
 //! costs the submitter no system call. Workers hold the mutex only to pop.
 //! The counters read by `INFO` are atomics and take no lock.
 
-use super::supervise::{note_panic, spawn_named};
+use super::supervise::Threads;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -36,6 +36,8 @@ pub(super) struct Shared {
     pub(super) queued: AtomicUsize,
     busy: AtomicUsize,
     nice: AtomicUsize,
+    /// Where a worker's spawn failure or caught panic is reported.
+    threads: &'static Threads,
 }
 
 impl Shared {
@@ -51,8 +53,10 @@ pub struct Pool {
 }
 
 impl Pool {
-    pub fn new(name: &'static str, threads: usize, nice: usize) -> Self {
-        let pool = Pool {
+    /// A pool with no thread yet ([`resize`](Self::resize) starts them),
+    /// its threads at niceness `nice`, reporting to `threads`.
+    pub fn new(name: &'static str, threads: &'static Threads, nice: usize) -> Self {
+        Pool {
             shared: Arc::new(Shared {
                 queue: Mutex::new(Queue::default()),
                 ready: Condvar::new(),
@@ -62,11 +66,10 @@ impl Pool {
                 queued: AtomicUsize::new(0),
                 busy: AtomicUsize::new(0),
                 nice: AtomicUsize::new(nice),
+                threads,
             }),
             name,
-        };
-        pool.resize(threads);
-        pool
+        }
     }
 
     /// Grows or shrinks the pool to `threads` (at least 1). Shrinking takes
@@ -90,7 +93,11 @@ impl Pool {
             }
             let n = self.shared.started.fetch_add(1, Ordering::SeqCst);
             let shared = Arc::clone(&self.shared);
-            if !spawn_named(format!("{}-{n}", self.name), move || worker(shared)) {
+            let spawned = self
+                .shared
+                .threads
+                .spawn_named(format!("{}-{n}", self.name), move || worker(shared));
+            if !spawned {
                 self.shared.alive.fetch_sub(1, Ordering::SeqCst);
                 break;
             }
@@ -205,7 +212,9 @@ fn worker(shared: Arc<Shared>) {
         // their reply guards, which answer the client on unwind.
         if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)) {
             let name = std::thread::current().name().unwrap_or("worker").to_owned();
-            note_panic(&name, &*p, "the job was abandoned, the thread goes on");
+            shared
+                .threads
+                .note_panic(&name, &*p, "the job was abandoned, the thread goes on");
         }
         shared.busy.fetch_sub(1, Ordering::SeqCst);
     }

@@ -1,8 +1,8 @@
 //! The reaper: frees large values off the server's main thread.
 
-use super::faults::{take_fault, Fault};
+use super::faults::Fault;
 use super::pool::set_thread_nice;
-use super::supervise::{note_panic, run_supervised, spawn_named};
+use super::supervise::Threads;
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -31,6 +31,8 @@ struct ReaperShared {
     running: AtomicBool,
     /// Whether the thread is alive.
     alive: AtomicBool,
+    /// Where its spawn failure or caught panics are reported.
+    threads: &'static Threads,
 }
 
 /// Values waiting before `dispose` wakes the thread.
@@ -45,16 +47,18 @@ impl ReaperShared {
 }
 
 impl Reaper {
-    pub fn new() -> Self {
+    /// A reaper whose thread is not started yet
+    /// ([`ensure_running`](Self::ensure_running) starts it), reporting to
+    /// `threads`.
+    pub fn new(threads: &'static Threads) -> Self {
         let shared = Arc::new(ReaperShared {
             garbage: Mutex::new(Vec::new()),
             ready: Condvar::new(),
             running: AtomicBool::new(true),
             alive: AtomicBool::new(false),
+            threads,
         });
-        let r = Reaper { shared };
-        r.ensure_running();
-        r
+        Reaper { shared }
     }
 
     /// Whether the reaper thread is alive.
@@ -68,7 +72,11 @@ impl Reaper {
             return true;
         }
         let s = Arc::clone(&self.shared);
-        if spawn_named("snapscan-reaper".into(), move || reap(s)) {
+        if self
+            .shared
+            .threads
+            .spawn_named("snapscan-reaper".into(), move || reap(s))
+        {
             true
         } else {
             self.shared.alive.store(false, Ordering::SeqCst);
@@ -97,7 +105,7 @@ impl Reaper {
 fn reap(shared: Arc<ReaperShared>) {
     set_thread_nice(19);
     let name = "snapscan-reaper";
-    run_supervised(name, &|| reap_loop(&shared));
+    shared.threads.run_supervised(name, &|| reap_loop(&shared));
     shared.alive.store(false, Ordering::SeqCst);
 }
 
@@ -123,12 +131,14 @@ fn reap_loop(shared: &ReaperShared) {
         // batch is then leaked by the unwind, not dropped twice).
         if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(batch)))
         {
-            note_panic("snapscan-reaper", &*p, "the thread goes on");
+            shared
+                .threads
+                .note_panic("snapscan-reaper", &*p, "the thread goes on");
         }
         if done {
             return;
         }
-        if take_fault(Fault::Reaper) {
+        if shared.threads.faults.take(Fault::Reaper) {
             panic!("injected fault (test hook)");
         }
     }
@@ -139,11 +149,5 @@ impl Drop for Reaper {
     fn drop(&mut self) {
         self.shared.running.store(false, Ordering::SeqCst);
         self.shared.ready.notify_all();
-    }
-}
-
-impl Default for Reaper {
-    fn default() -> Self {
-        Self::new()
     }
 }

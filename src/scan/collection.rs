@@ -123,7 +123,7 @@ pub fn run_with(
     let name = if cursor == 0 {
         let name = server::OwnedString::new(ctx, key)
             .ok_or_else(|| CmdError::msg("ERR snapscan: out of memory"))?;
-        match keys::probe(ctx, name.ptr()) {
+        match keys::probe(ctx, name.ptr(), &m.named_types) {
             None => {
                 Shared::bump(&m.stats.hash_scans, 1);
                 write_empty(&Reply::new(ctx));
@@ -153,7 +153,7 @@ pub fn run_with(
         spec: PageSpec {
             pattern: opts.pattern.map(Pattern::new),
             count: opts.count.unwrap_or(DEFAULT_COUNT),
-            budget: config::get(&config::SCAN_BUDGET),
+            budget: config::get(&m.config.scan_budget),
             pairs: kind.has_second() && !opts.novalues && !opts.noscores,
         },
         inline: server::blocking_denied(ctx),
@@ -182,11 +182,11 @@ fn open(ctx: Ctx, mut call: Call, name: server::OwnedString) -> Result<(), CmdEr
             return Ok(());
         }
     }
-    let batch = config::get(&config::HASH_COPY_BATCH).max(1);
+    let batch = config::get(&m.config.hash_copy_batch).max(1);
     let elements = keys::value_len(ctx, name.ptr());
     let small = call.inline || elements <= batch;
     let guard = m.watches.begin(db, key);
-    let limit = config::get(&config::HASH_MEMORY_LIMIT);
+    let limit = config::get(&m.config.hash_memory_limit);
     let mut builder = Builder::new(kind, &m.watches.budget, limit);
     let started = Instant::now();
     // Everything at once when small or when we cannot block; else a first
@@ -351,7 +351,7 @@ impl Call {
         pages: u64,
     ) -> Option<(u64, Vec<usize>)> {
         let s = &self.spec;
-        let limit = config::get(&config::INLINE_ENTRIES);
+        let limit = config::get(&self.m.config.inline_entries);
         if s.count > limit {
             return None;
         }
@@ -445,7 +445,7 @@ impl CopyTask {
             Shared::bump(&m.stats.hash_copy_fallbacks, 1);
             p.cursor.to_end(ctx, key, &mut p.builder).map(|_| false)
         } else {
-            let batch = config::get(&config::HASH_COPY_BATCH).max(1);
+            let batch = config::get(&m.config.hash_copy_batch).max(1);
             p.cursor.slice(ctx, key, batch, &mut p.builder)
         };
         record_hold(m, started);
@@ -514,7 +514,7 @@ fn copy_deadline(
     kind: Kind,
 ) -> (TtlGuard, Option<i64>) {
     let guard = ttl_guard(ctx, m, name, db, kind);
-    let key_expire = keys::probe(ctx, name.ptr()).and_then(|f| f.expire);
+    let key_expire = keys::probe(ctx, name.ptr(), &m.named_types).and_then(|f| f.expire);
     (guard, first_deadline(guard, key_expire))
 }
 
@@ -546,7 +546,7 @@ fn ttl_guard(ctx: Ctx, m: &Shared, name: &server::OwnedString, db: usize, kind: 
 }
 
 fn record_hold(m: &Shared, started: Instant) {
-    server::latency::report(server::latency::Event::Copy, started);
+    m.latency.report(server::latency::Event::Copy, started);
     let us = started.elapsed().as_micros() as u64;
     m.stats
         .hash_longest_hold_us

@@ -192,7 +192,7 @@ pub fn run_with(
         pattern: opts.pattern.map(Pattern::new),
         type_filter,
         count: opts.count.unwrap_or(DEFAULT_COUNT),
-        budget: config::get(&config::SCAN_BUDGET),
+        budget: config::get(&m.config.scan_budget),
     };
     Shared::bump(&m.stats.scans, 1);
     let (blocked, start) = if server::blocking_denied(ctx) || m.pool.threads() == 0 {
@@ -461,7 +461,7 @@ pub(crate) const INLINE_APPLY_MAX: usize = 16;
 /// gives the start back for a worker; the walk done here, bounded by the
 /// same limit, is then thrown away.
 fn small_page(m: &'static Shared, start: Start, spec: &ScanSpec) -> Result<(u64, Vec<Key>), Start> {
-    let limit = config::get(&config::INLINE_ENTRIES);
+    let limit = config::get(&m.config.inline_entries);
     if spec.count > limit {
         return Err(start);
     }

@@ -1,14 +1,19 @@
 //! Registers a table of numeric module configs (the module's is
 //! `config::CONFIGS`) with the server, so CONFIG GET/SET and the config
 //! file's `<prefix><name> value` lines work with the table's ranges. The
-//! table, its prefix and what to do after a runtime change are handed in.
+//! table, its prefix, the value that holds the configs (each row names its
+//! atomic field by accessor) and what to do after a runtime change are
+//! handed in.
+//!
+//! Owns: no global state. What the server's callbacks need (the row, its
+//! atomic, whether the config file is being applied) is in each row's
+//! `privdata`, made at registration and never freed.
 
 use super::{api, Ctx};
 use redis_module::raw;
 use std::ffi::CString;
 use std::os::raw::{c_char, c_int, c_longlong, c_void};
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 /// How a value is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,13 +28,13 @@ pub enum Kind {
     Flags,
 }
 
-/// One config: `snapshot.<name>`.
-pub struct Spec {
+/// One config: `snapshot.<name>`, its value a field of a `C`.
+pub struct Spec<C> {
     /// Name without the module prefix.
     pub name: &'static str,
-    /// The value. Two rows may share one atomic (an alias): a value given
-    /// for either name applies to both.
-    pub var: &'static AtomicI64,
+    /// The value's field in `C`. Two rows may share one field (an alias): a
+    /// value given for either name applies to both.
+    pub var: for<'a> fn(&'a C) -> &'a AtomicI64,
     pub default: i64,
     /// Inclusive range, enforced at load, in the config file and on CONFIG SET.
     pub min: i64,
@@ -42,72 +47,68 @@ pub struct Spec {
 
 /// What the server's callbacks for one row get as `privdata`: made once
 /// per row at registration and never freed (the module never unloads).
-struct Row {
-    spec: &'static Spec,
-    /// Position in the table (see [`LOADING`]).
-    i: usize,
+struct Row<C: 'static> {
+    spec: &'static Spec<C>,
+    /// The row's atomic, in the value handed to `register`.
+    var: &'static AtomicI64,
+    /// The value the row was registered with (its `loadmodule` argument or
+    /// default).
+    registered: i64,
+    /// Set while the server applies the config file (inside `register`).
+    /// The server then sets every row, to the file's value or to the
+    /// registered one; a set to the registered value is skipped, so that a
+    /// row sharing its atomic with another (an alias) does not undo the
+    /// other's file value, and nothing acts on a change (`register`'s
+    /// caller reads the values once it returns).
+    loading: AtomicBool,
     /// Called (main thread) after the value changed at runtime.
-    on_change: fn(&'static Spec, i64),
+    on_change: fn(&'static Spec<C>, i64),
 }
 
 /// The row behind a callback's `privdata`.
-fn row(privdata: *mut c_void) -> &'static Row {
-    // SAFETY: the server hands back the privdata `register` gave it, a
-    // leaked `Row` that is never freed nor written after registration.
-    unsafe { &*(privdata as *const Row) }
+fn row<C: 'static>(privdata: *mut c_void) -> &'static Row<C> {
+    // SAFETY: the server hands back the privdata `register::<C>` gave the
+    // callbacks instantiated for the same `C`: a leaked `Row<C>` that is
+    // never freed (its only mutable part is an atomic).
+    unsafe { &*(privdata as *const Row<C>) }
 }
 
-/// While the server applies the config file (inside `register`): the value
-/// each row was registered with (its `loadmodule` argument or default).
-/// The server then sets every row, to the file's value or to that default;
-/// a set to the registered default is skipped, so that a row sharing its
-/// atomic with another (an alias) does not undo the other's file value.
-///
-/// Global: the server applies the config file inside `register`, before
-/// the `Module` exists.
-static LOADING: Mutex<Vec<i64>> = Mutex::new(Vec::new());
-
-fn loading_default(i: usize) -> Option<i64> {
-    LOADING
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(i)
-        .copied()
+extern "C" fn get_numeric<C: 'static>(_name: *const c_char, privdata: *mut c_void) -> c_longlong {
+    row::<C>(privdata).var.load(Ordering::Relaxed)
 }
 
-extern "C" fn get_numeric(_name: *const c_char, privdata: *mut c_void) -> c_longlong {
-    row(privdata).spec.var.load(Ordering::Relaxed)
+extern "C" fn get_enum<C: 'static>(_name: *const c_char, privdata: *mut c_void) -> c_int {
+    row::<C>(privdata).var.load(Ordering::Relaxed) as c_int
 }
 
-extern "C" fn get_enum(_name: *const c_char, privdata: *mut c_void) -> c_int {
-    row(privdata).spec.var.load(Ordering::Relaxed) as c_int
-}
-
-extern "C" fn set_enum(
+extern "C" fn set_enum<C: 'static>(
     name: *const c_char,
     val: c_int,
     privdata: *mut c_void,
     err: *mut *mut raw::RedisModuleString,
 ) -> c_int {
-    set_numeric(name, c_longlong::from(val), privdata, err)
+    set_numeric::<C>(name, c_longlong::from(val), privdata, err)
 }
 
-extern "C" fn set_numeric(
+extern "C" fn set_numeric<C: 'static>(
     _name: *const c_char,
     val: c_longlong,
     privdata: *mut c_void,
     err: *mut *mut raw::RedisModuleString,
 ) -> c_int {
     let outcome = std::panic::catch_unwind(|| {
-        let r = row(privdata);
-        let (s, i) = (r.spec, r.i);
+        let r = row::<C>(privdata);
+        let s = r.spec;
         if val < s.min || val > s.max {
             return Err("argument must be between the config's minimum and maximum");
         }
-        if loading_default(i) == Some(val) {
+        if r.loading.load(Ordering::Relaxed) {
+            if val != r.registered {
+                r.var.store(val, Ordering::Relaxed);
+            }
             return Ok(());
         }
-        if s.var.swap(val, Ordering::Relaxed) != val {
+        if r.var.swap(val, Ordering::Relaxed) != val {
             (r.on_change)(s, val);
         }
         Ok(())
@@ -127,10 +128,10 @@ extern "C" fn set_numeric(
 }
 
 /// Registers `s` as a flags config with its names.
-fn register_flags(
+fn register_flags<C: 'static>(
     ctx: Ctx,
     name: &CString,
-    s: &Spec,
+    s: &Spec<C>,
     default: i64,
     privdata: *mut c_void,
     prefix: &str,
@@ -156,8 +157,8 @@ fn register_flags(
             ptrs.as_mut_ptr(),
             values.as_ptr(),
             s.names.len() as c_int,
-            Some(get_enum),
-            Some(set_enum),
+            Some(get_enum::<C>),
+            Some(set_enum::<C>),
             None,
             privdata,
         )
@@ -168,49 +169,63 @@ fn register_flags(
     Ok(())
 }
 
-/// Stores the `loadmodule` arguments (`given`: row, value), registers every
-/// row of `table` as `<prefix><name>` (each with its argument, else its
-/// default, as default) and has the server apply the config file's
-/// `<prefix>*` lines. `on_change` runs after a value changed at runtime.
+/// Stores the defaults and the `loadmodule` arguments (`given`: row, value)
+/// in `values`, registers every row of `table` as `<prefix><name>` (each
+/// with its argument, else its default, as default) and has the server
+/// apply the config file's `<prefix>*` lines to `values`. `on_change` runs
+/// after a value changed at runtime (not while the file is applied).
 /// OnLoad only. An error names what was refused (the server has logged
 /// the details too).
 #[allow(
     clippy::not_unsafe_ptr_arg_deref,
     reason = "ctx is the OnLoad context the server passed to the module, live for this call"
 )]
-pub fn register(
+pub fn register<C: Sync + 'static>(
     ctx: Ctx,
-    (table, prefix): (&'static [Spec], &str),
+    (table, prefix): (&'static [Spec<C>], &str),
+    values: &'static C,
     given: &[(usize, i64)],
-    on_change: fn(&'static Spec, i64),
+    on_change: fn(&'static Spec<C>, i64),
 ) -> Result<(), String> {
     let reg = api!(RedisModule_RegisterNumericConfig).ok_or("this server has no module configs")?;
     let load = api!(RedisModule_LoadConfigs).ok_or("this server has no module configs")?;
     // From the table, not from what an earlier, refused load may have left.
     for s in table {
-        s.var.store(s.default, Ordering::Relaxed);
+        (s.var)(values).store(s.default, Ordering::Relaxed);
     }
     for &(i, v) in given {
         if let Some(s) = table.get(i) {
-            s.var.store(v, Ordering::Relaxed);
+            (s.var)(values).store(v, Ordering::Relaxed);
         }
     }
     let defaults: Vec<i64> = table
         .iter()
-        .map(|s| s.var.load(Ordering::Relaxed))
+        .map(|s| (s.var)(values).load(Ordering::Relaxed))
         .collect();
+    let mut rows: Vec<&'static Row<C>> = Vec::with_capacity(table.len());
     for (i, s) in table.iter().enumerate() {
-        let privdata: *mut Row = Box::into_raw(Box::new(Row {
+        let r: &'static Row<C> = Box::leak(Box::new(Row {
             spec: s,
-            i,
+            var: (s.var)(values),
+            registered: defaults[i],
+            loading: AtomicBool::new(true),
             on_change,
         }));
+        rows.push(r);
+        let privdata: *const Row<C> = r;
         let name = CString::new(s.name).map_err(|e| e.to_string())?;
         let flags = match s.kind {
             Kind::Integer => raw::REDISMODULE_CONFIG_DEFAULT,
             Kind::Memory => raw::REDISMODULE_CONFIG_MEMORY,
             Kind::Flags => {
-                register_flags(ctx, &name, s, defaults[i], privdata.cast(), prefix)?;
+                register_flags(
+                    ctx,
+                    &name,
+                    s,
+                    defaults[i],
+                    privdata.cast_mut().cast(),
+                    prefix,
+                )?;
                 continue;
             }
         };
@@ -225,20 +240,21 @@ pub fn register(
                 flags,
                 s.min,
                 s.max,
-                Some(get_numeric),
-                Some(set_numeric),
+                Some(get_numeric::<C>),
+                Some(set_numeric::<C>),
                 None,
-                privdata.cast(),
+                privdata.cast_mut().cast(),
             )
         };
         if rc != raw::REDISMODULE_OK as c_int {
             return Err(format!("cannot register config {prefix}{}", s.name));
         }
     }
-    *LOADING.lock().unwrap_or_else(|e| e.into_inner()) = defaults;
     // SAFETY: OnLoad context, after every config was registered.
     let rc = unsafe { load(ctx) };
-    LOADING.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    for r in rows {
+        r.loading.store(false, Ordering::Relaxed);
+    }
     if rc != raw::REDISMODULE_OK as c_int {
         return Err(format!(
             "a {prefix}* value of the config file or of MODULE LOADEX ... CONFIG was refused (see the server's line above)"

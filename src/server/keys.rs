@@ -33,11 +33,23 @@ pub(crate) const OPEN_FLAGS: u32 = raw::REDISMODULE_READ
     | raw::REDISMODULE_OPEN_KEY_NOEXPIRE
     | raw::REDISMODULE_OPEN_KEY_NOEFFECTS;
 
-/// Names of non-builtin key types, by (server key type, module type pointer).
-type NameCache = HashMap<(i32, usize), Arc<[u8]>>;
-/// Global for now: a server-layer cache, handed no state (see
-/// docs/DESIGN.md, "State ownership").
-static NAMED_TYPES: Mutex<Option<NameCache>> = Mutex::new(None);
+/// Names of non-builtin key types, by (server key type, module type
+/// pointer): what `TYPE` answered, asked once per type. A field of the
+/// module's state (`state::Shared::named_types`), handed to each probe.
+///
+/// Locking: one mutex, held for a lookup or an insert (never while the
+/// server is asked).
+#[derive(Default)]
+pub struct NamedTypes(Mutex<NameMap>);
+
+/// A type name by (server key type, module type pointer).
+type NameMap = HashMap<(i32, usize), Arc<[u8]>>;
+
+impl NamedTypes {
+    fn lock(&self) -> std::sync::MutexGuard<'_, NameMap> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
 
 /// Looks `keyname` up in the database selected on `ctx`. Must run with the
 /// server lock held (a callback on the main thread, or a locked thread-safe
@@ -46,7 +58,7 @@ static NAMED_TYPES: Mutex<Option<NameCache>> = Mutex::new(None);
     clippy::not_unsafe_ptr_arg_deref,
     reason = "ctx and keyname are live handles of the calling callback (the server lock is held)"
 )]
-pub fn probe(ctx: Ctx, keyname: *mut raw::RedisModuleString) -> Option<Found> {
+pub fn probe(ctx: Ctx, keyname: *mut raw::RedisModuleString, names: &NamedTypes) -> Option<Found> {
     let (open, close, ktype) = (
         api!(RedisModule_OpenKey)?,
         api!(RedisModule_CloseKey)?,
@@ -58,7 +70,7 @@ pub fn probe(ctx: Ctx, keyname: *mut raw::RedisModuleString) -> Option<Found> {
     if key.is_null() {
         return None;
     }
-    let found = probe_open(ctx, keyname, key, ktype);
+    let found = probe_open(ctx, keyname, key, ktype, names);
     // SAFETY: key was opened above and is closed exactly once.
     unsafe { close(key) };
     found
@@ -67,9 +79,13 @@ pub fn probe(ctx: Ctx, keyname: *mut raw::RedisModuleString) -> Option<Found> {
 /// Like [`probe`], for a key name the server may have allocated on its
 /// stack (the "loaded" notification during RDB load): OpenKey would retain
 /// the name, so probe through a heap copy instead.
-pub fn probe_copy(ctx: Ctx, keyname: *mut raw::RedisModuleString) -> Option<Found> {
+pub fn probe_copy(
+    ctx: Ctx,
+    keyname: *mut raw::RedisModuleString,
+    names: &NamedTypes,
+) -> Option<Found> {
     let copy = super::OwnedString::new(ctx, super::string_bytes(keyname))?;
-    probe(ctx, copy.ptr())
+    probe(ctx, copy.ptr(), names)
 }
 
 /// Number of elements of the value at `keyname` (0 when missing).
@@ -109,6 +125,7 @@ pub fn probe_open(
     keyname: *mut raw::RedisModuleString,
     key: *mut raw::RedisModuleKey,
     ktype: unsafe extern "C" fn(*mut raw::RedisModuleKey) -> i32,
+    names: &NamedTypes,
 ) -> Option<Found> {
     // SAFETY: key is a live, open key handle.
     let t = unsafe { ktype(key) };
@@ -120,7 +137,7 @@ pub fn probe_open(
         raw::REDISMODULE_KEYTYPE_SET => Kind::Builtin(meta::SET),
         raw::REDISMODULE_KEYTYPE_ZSET => Kind::Builtin(meta::ZSET),
         raw::REDISMODULE_KEYTYPE_STREAM => Kind::Builtin(meta::STREAM),
-        _ => Kind::Named(named_type(ctx, keyname, key, t)?),
+        _ => Kind::Named(named_type(ctx, keyname, key, t, names)?),
     };
     Some(Found {
         kind,
@@ -150,6 +167,7 @@ fn named_type(
     keyname: *mut raw::RedisModuleString,
     key: *mut raw::RedisModuleKey,
     ktype: i32,
+    names: &NamedTypes,
 ) -> Option<Arc<[u8]>> {
     let ptr = if ktype as isize == raw::REDISMODULE_KEYTYPE_MODULE {
         match api!(RedisModule_ModuleTypeGetType) {
@@ -160,22 +178,13 @@ fn named_type(
     } else {
         0
     };
-    let cached = NAMED_TYPES
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get_or_insert_with(HashMap::new)
-        .get(&(ktype, ptr))
-        .cloned();
+    let cached = names.lock().get(&(ktype, ptr)).cloned();
     if cached.is_some() {
         return cached;
     }
     // Not under our lock: TYPE may fire a notification that re-enters us.
     let name: Arc<[u8]> = Arc::from(call_type(ctx, keyname)?);
-    NAMED_TYPES
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get_or_insert_with(HashMap::new)
-        .insert((ktype, ptr), Arc::clone(&name));
+    names.lock().insert((ktype, ptr), Arc::clone(&name));
     Some(name)
 }
 

@@ -6,7 +6,8 @@
 //! reaches `latency-monitor-threshold`, also when the threshold is 0 (the
 //! monitor off), so the threshold is checked here first. It is read once at
 //! load and again after every CONFIG SET (the server's config-change
-//! event), never per slice.
+//! event), never per slice, into a [`Latency`] that the module's state
+//! owns (`state::Shared::latency`); the event finds it through [`Owner`].
 
 use super::call::{self, CallReply};
 use super::{api, Ctx};
@@ -16,10 +17,19 @@ use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
-/// The server's `latency-monitor-threshold` in milliseconds (0: off).
-/// Global for now: read by the server layer's latency reports, which are
-/// handed no state (see docs/DESIGN.md, "State ownership").
-static THRESHOLD_MS: AtomicI64 = AtomicI64::new(0);
+/// The server's `latency-monitor-threshold` as last read.
+#[derive(Default)]
+pub struct Latency {
+    /// In milliseconds (0: the monitor is off).
+    threshold_ms: AtomicI64,
+}
+
+/// Who holds the [`Latency`] the config-change event refreshes: the event
+/// carries no pointer of ours, so its callback asks.
+pub trait Owner {
+    /// The module's `Latency`, once its state exists.
+    fn latency() -> Option<&'static Latency>;
+}
 
 /// What a main-thread slice was doing: one LATENCY event name each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,33 +56,36 @@ impl Event {
     }
 }
 
-/// The cached threshold in milliseconds (0 when the monitor is off).
-pub fn threshold_ms() -> i64 {
-    THRESHOLD_MS.load(Ordering::Relaxed)
-}
-
-/// Reports a main-thread slice that started at `started` and ends now, if
-/// it lasted at least the server's threshold. Main thread only.
-pub fn report(event: Event, started: Instant) {
-    report_duration(event, started.elapsed());
-}
-
-/// Like [`report`], for a measured duration.
-pub fn report_duration(event: Event, took: Duration) {
-    let threshold = threshold_ms();
-    let ms = i64::try_from(took.as_millis()).unwrap_or(i64::MAX);
-    if threshold <= 0 || ms < threshold {
-        return;
+impl Latency {
+    /// The cached threshold in milliseconds (0 when the monitor is off).
+    pub fn threshold_ms(&self) -> i64 {
+        self.threshold_ms.load(Ordering::Relaxed)
     }
-    if let Some(add) = api!(RedisModule_LatencyAddSample) {
-        // SAFETY: main thread (the latency tables are the server's, unlocked);
-        // the event name is a static C string the server copies.
-        unsafe { add(event.name().as_ptr(), ms) };
+
+    /// Reports a main-thread slice that started at `started` and ends now,
+    /// if it lasted at least the server's threshold. Main thread only.
+    pub fn report(&self, event: Event, started: Instant) {
+        self.report_duration(event, started.elapsed());
+    }
+
+    /// Like [`report`](Self::report), for a measured duration.
+    pub fn report_duration(&self, event: Event, took: Duration) {
+        let threshold = self.threshold_ms();
+        let ms = i64::try_from(took.as_millis()).unwrap_or(i64::MAX);
+        if threshold <= 0 || ms < threshold {
+            return;
+        }
+        if let Some(add) = api!(RedisModule_LatencyAddSample) {
+            // SAFETY: main thread (the latency tables are the server's, unlocked);
+            // the event name is a static C string the server copies.
+            unsafe { add(event.name().as_ptr(), ms) };
+        }
     }
 }
 
-/// Reads `latency-monitor-threshold` with CONFIG GET on `ctx` (main thread).
-fn refresh(ctx: Ctx) {
+/// Reads `latency-monitor-threshold` with CONFIG GET on `ctx` into `l`
+/// (main thread).
+fn refresh(l: &Latency, ctx: Ctx) {
     let Some(f) = api!(RedisModule_Call) else {
         return;
     };
@@ -96,35 +109,40 @@ fn refresh(ctx: Ctx) {
         .ok()
         .and_then(|s| s.parse::<i64>().ok())
     {
-        THRESHOLD_MS.store(n.max(0), Ordering::Relaxed);
+        l.threshold_ms.store(n.max(0), Ordering::Relaxed);
     }
 }
 
-extern "C" fn on_config_change(
+extern "C" fn on_config_change<O: Owner>(
     ctx: *mut raw::RedisModuleCtx,
     _eid: raw::RedisModuleEvent,
     _subevent: u64,
     _data: *mut c_void,
 ) {
     // Any CONFIG SET (rare): re-read rather than parse the changed names.
-    let _ = std::panic::catch_unwind(|| refresh(ctx));
+    let _ = std::panic::catch_unwind(|| {
+        if let Some(l) = O::latency() {
+            refresh(l, ctx);
+        }
+    });
 }
 
-/// Reads the threshold and follows its changes. OnLoad only; without the
-/// config-change event (servers before 7.0) the value read at load stays.
+/// Reads the threshold into `l` (`O`'s) and follows its changes. OnLoad
+/// only; without the config-change event (servers before 7.0) the value
+/// read at load stays.
 #[allow(
     clippy::not_unsafe_ptr_arg_deref,
     reason = "ctx is the OnLoad context the server passed to the module, live for this call"
 )]
-pub fn init(ctx: Ctx) {
-    refresh(ctx);
+pub fn init<O: Owner>(ctx: Ctx, l: &Latency) {
+    refresh(l, ctx);
     if let Some(sub) = api!(RedisModule_SubscribeToServerEvent) {
         let ev = raw::RedisModuleEvent {
             id: raw::REDISMODULE_EVENT_CONFIG,
             dataver: 1,
         };
         // SAFETY: OnLoad context; the callback is a valid extern fn.
-        let rc = unsafe { sub(ctx, ev, Some(on_config_change)) };
+        let rc = unsafe { sub(ctx, ev, Some(on_config_change::<O>)) };
         if rc != raw::REDISMODULE_OK as c_int {
             super::log(
                 ctx,

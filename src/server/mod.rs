@@ -7,9 +7,12 @@
 //!
 //! Owns: the raw API, its types and callbacks, and the server-facing state
 //! the `Module` holds in its fields (`subscribe::Subscriptions`,
-//! `expiry::LoopTurns`). May touch: the pure core only (key metadata, slot
-//! sets, collection copies); what the module registers (configs, command
-//! docs, the router's callbacks) is handed in by the layers above.
+//! `expiry::LoopTurns`, `latency::Latency`, `keys::NamedTypes`); of its
+//! own only the module's context (`native`) and the blocked-client flag of
+//! the running handler (`blocked`, per thread). May touch: the pure core
+//! only (key metadata, slot sets, collection copies); what the module
+//! registers (configs and their values, command docs, the router's
+//! callbacks) is handed in by the layers above.
 
 pub mod blocked;
 pub mod call;

@@ -197,7 +197,7 @@ fn small_match(
     req: &OpenRequest,
     spec: &ScanSpec,
 ) -> Result<Vec<Key>, Option<Arc<Snapshot>>> {
-    let limit = crate::config::get(&crate::config::INLINE_ENTRIES);
+    let limit = crate::config::get(&m.config.inline_entries);
     if limit == 0 {
         return Err(None);
     }
@@ -239,7 +239,9 @@ impl Task {
         let (started, cpu) = (Instant::now(), deletion::thread_cpu_us());
         let switches = deletion::thread_voluntary_switches();
         let next = self.slice(ctx);
-        crate::server::latency::report(crate::server::latency::Event::Unlink, started);
+        self.m
+            .latency
+            .report(crate::server::latency::Event::Unlink, started);
         let us = started.elapsed().as_micros() as u64;
         let stats = &self.m.watches.touched.stats;
         stats.longest_slice_us.fetch_max(us, Ordering::Relaxed);
@@ -276,7 +278,7 @@ impl Task {
         // Cluster mode: the slots owned now (`None`: every key is).
         let owned = self.cluster.owned_slots(ctx, self.m);
         let (started, mut handled) = (Instant::now(), 0usize);
-        let slice_keys = crate::config::get(&crate::config::UNLINK_BATCH).max(1);
+        let slice_keys = crate::config::get(&self.m.config.unlink_batch).max(1);
         while handled < slice_keys && started.elapsed() < SLICE_TIME {
             let Some(batch) = self.found.take(BATCH.min(slice_keys - handled)) else {
                 // The worker is still searching: look again in 1 ms (or on
@@ -310,7 +312,7 @@ impl Task {
                 }
                 if !self.dryrun {
                     names.push(name);
-                } else if keys::probe(ctx, name.ptr()).is_some() {
+                } else if keys::probe(ctx, name.ptr(), &self.m.named_types).is_some() {
                     self.count += 1;
                 }
             }
