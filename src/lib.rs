@@ -30,7 +30,7 @@ pub mod unlink;
 
 #[cfg(not(test))]
 mod onload {
-    use crate::keyspace::{backfill, cluster, replication};
+    use crate::keyspace::{self, backfill, cluster, replication};
     use crate::{commands, config, events, info, module, server, state};
     use redis_module::{redis_module, Context, RedisString, Status};
 
@@ -96,10 +96,14 @@ mod onload {
         let options = cluster::module_options(ctx.ctx) | replication::module_options();
         server::host::set_module_options(ctx.ctx, options);
         m.keyspace.cluster.init(ctx.ctx, m);
-        events::register_client_db_filter(ctx.ctx, m);
+        m.keyspace
+            .clientdb
+            .register(ctx.ctx, events::ROUTES.client_db_filter);
         server::native::init(ctx.ctx);
         crate::native::init();
-        if let Err(e) = events::subscribe(ctx.ctx, m).and_then(|_| commands::register(ctx.ctx)) {
+        if let Err(e) = keyspace::subscribe(ctx.ctx, &m.keyspace, events::ROUTES)
+            .and_then(|_| commands::register(ctx.ctx))
+        {
             ctx.log_warning(&format!("snapscan: {e}"));
             return Status::Err;
         }

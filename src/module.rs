@@ -11,6 +11,7 @@
 //! May touch: every subsystem (it owns them); nothing below it names it.
 
 use crate::keyspace::Keyspace;
+use crate::server::expiry::LoopTurns;
 use crate::state::Shared;
 use std::ops::Deref;
 use std::sync::OnceLock;
@@ -21,6 +22,9 @@ pub struct Module {
     /// Keeping the index true: tracking, backfill, idle drop, replication,
     /// cluster view, the Valkey 8 client-db workaround.
     pub keyspace: Keyspace,
+    /// The event loop's turns: a floor on scripts' frozen clock for
+    /// SNAPSHOT.SCAN.
+    pub loop_turns: LoopTurns,
 }
 
 impl Deref for Module {
@@ -42,6 +46,7 @@ pub fn init(databases: usize, seed: u64) -> &'static Module {
     MODULE.get_or_init(|| Module {
         shared: Shared::new(databases, seed),
         keyspace: Keyspace::default(),
+        loop_turns: LoopTurns::default(),
     })
 }
 

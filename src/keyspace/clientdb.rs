@@ -18,14 +18,16 @@
 
 use crate::server::clientdb::{self as raw_clientdb, FilterCall};
 use crate::server::locked::{LockedCell, ServerLock};
-use crate::server::Ctx;
+use crate::server::{host, Ctx};
+use redis_module::raw;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 /// The workaround's state (a field of `keyspace::Keyspace`). The filter
-/// itself is registered by the event router (`events.rs`), which hands
-/// each command to [`ClientDb::on_command`].
+/// is the event router's (`events.rs`), registered here where the server
+/// needs it ([`ClientDb::register`]); it hands each command to
+/// [`ClientDb::on_command`].
 pub struct ClientDb {
     /// Whether the filter is registered (read by every notification, without
     /// the token: one relaxed load).
@@ -52,9 +54,12 @@ impl ClientDb {
         valkey_major == Some(8)
     }
 
-    /// Records that the filter is registered (OnLoad).
-    pub fn enable(&self) {
-        self.enabled.store(true, Ordering::Relaxed);
+    /// Registers the router's `filter` where the server needs the
+    /// workaround (OnLoad).
+    pub fn register(&self, ctx: Ctx, filter: raw::RedisModuleCommandFilterFunc) {
+        if Self::needed(host::valkey_major(ctx)) && raw_clientdb::register_filter(ctx, filter) {
+            self.enabled.store(true, Ordering::Relaxed);
+        }
     }
 
     /// The filter: sees a command before it runs.

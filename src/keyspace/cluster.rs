@@ -46,6 +46,7 @@ use crate::server::locked::{LockedCell, ServerLock};
 use crate::server::{self, host, Ctx};
 use crate::slot::{served_from_nodes, SlotSet};
 use crate::state::Shared;
+use std::os::raw::c_void;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -355,8 +356,9 @@ impl ClusterView {
             .replace(lock, Some(now + refresh_pause(cost)));
     }
 
-    /// An atomic-slot-migration event (Valkey 9+) about `slots`.
-    pub fn on_slot_migration(&self, ctx: Ctx, m: &Shared, subevent: u64, slots: SlotSet) {
+    /// An atomic-slot-migration event (Valkey 9+; `data` names the slots).
+    pub fn on_slot_migration(&self, ctx: Ctx, m: &Shared, subevent: u64, data: *mut c_void) {
+        let slots = host::asm_event_slots(data);
         match subevent {
             host::ASM_IMPORT_STARTED => self.import_started(slots),
             host::ASM_IMPORT_COMPLETED => self.import_completed(slots),
@@ -366,8 +368,9 @@ impl ClusterView {
         }
     }
 
-    /// A slot-migration event (Redis 8.4+) about `slots`.
-    pub fn on_redis_slot_migration(&self, ctx: Ctx, m: &Shared, subevent: u64, slots: SlotSet) {
+    /// A slot-migration event (Redis 8.4+; `data` names the slots).
+    pub fn on_redis_slot_migration(&self, ctx: Ctx, m: &Shared, subevent: u64, data: *mut c_void) {
+        let slots = host::redis_asm_event_slots(data);
         match subevent {
             host::REDIS_ASM_IMPORT_STARTED => self.import_started(slots),
             host::REDIS_ASM_IMPORT_COMPLETED => self.import_completed(slots),
@@ -379,11 +382,13 @@ impl ClusterView {
         }
     }
 
-    /// A trim event (Redis 8.4+): the server deletes the keys of `slots`, which
-    /// this node does not serve, either key by key (`key_trimmed`
-    /// notifications, which the module does not ask for) or in the background
-    /// without any notification. Either way they leave the index now.
-    pub fn on_redis_slot_trim(&self, ctx: Ctx, m: &Shared, subevent: u64, slots: SlotSet) {
+    /// A trim event (Redis 8.4+; `data` names the slots): the server deletes
+    /// the keys of slots this node does not serve, either key by key
+    /// (`key_trimmed` notifications, which the module does not ask for) or in
+    /// the background without any notification. Either way they leave the
+    /// index now.
+    pub fn on_redis_slot_trim(&self, ctx: Ctx, m: &Shared, subevent: u64, data: *mut c_void) {
+        let slots = host::redis_trim_event_slots(data);
         if matches!(
             subevent,
             host::REDIS_TRIM_STARTED | host::REDIS_TRIM_BACKGROUND

@@ -8,10 +8,11 @@
 //! write that overwrites it, so only copies of its hash are invalidated.
 
 use crate::index::{Key, Op};
+use crate::server::host;
 use crate::server::locked::{LockedCell, ServerLock};
 use crate::state::Shared;
 use redis_module::raw;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::os::raw::c_void;
 
 /// The last key whose deletion was logged by a `Key` event or by a
 /// deletion notification: the other of the two, fired for the same deletion
@@ -22,22 +23,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 #[derive(Default)]
 pub struct Deleted {
     last_gone: LockedCell<Option<(usize, Key)>>,
-    /// Whether the server has the `Key` server event (Redis 7.2+, Valkey)
-    /// and the router subscribed to it.
-    key_event: AtomicBool,
 }
 
 impl Deleted {
-    /// Whether the router subscribed to the `Key` event (OnLoad).
-    pub fn key_event(&self) -> bool {
-        self.key_event.load(Ordering::Relaxed)
-    }
-
-    /// Records whether the router could subscribe to the `Key` event.
-    pub fn set_key_event(&self, on: bool) {
-        self.key_event.store(on, Ordering::Relaxed);
-    }
-
     /// Forgets the remembered deletion (the index is being dropped).
     pub fn forget_gone(&self, lock: &ServerLock) {
         self.last_gone.take(lock);
@@ -62,8 +50,28 @@ impl Deleted {
     }
 }
 
+/// A `Key` server event (`data`: its payload, the key). Every SET over an
+/// existing key fires an overwrite: it only matters to watched copies and
+/// running deletions, so most return here, before asking the server for
+/// the key's name.
+#[inline(always)]
+pub fn on_key_event(
+    lock: &ServerLock,
+    m: &Shared,
+    ks: &super::Keyspace,
+    subevent: u64,
+    data: *mut c_void,
+) {
+    if subevent == raw::REDISMODULE_SUBEVENT_KEY_OVERWRITTEN && !m.watches.any() {
+        return;
+    }
+    host::with_key_event_target(data, |db, name| {
+        on_key_unlinked(lock, m, ks, subevent, db, name)
+    });
+}
+
 /// A `Key` server event about `name` in `db`.
-pub fn on_key_unlinked(
+fn on_key_unlinked(
     lock: &ServerLock,
     m: &Shared,
     ks: &super::Keyspace,

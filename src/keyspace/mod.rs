@@ -4,16 +4,19 @@
 //! dropping it while unused ([`idle`]), replicas' async loads
 //! ([`replication`]) and the slots this node serves ([`cluster`]).
 //!
-//! Cross-subsystem orchestration lives here, in one place: the cron tick,
-//! dropping the index while idle (and forgetting what the notifications
-//! kept for it), rebuilding it when a call needs it.
+//! Cross-subsystem orchestration lives here, in one place: subscribing the
+//! router's callbacks at OnLoad ([`subscribe`]), the cron tick, dropping
+//! the index while idle (and forgetting what the notifications kept for
+//! it), rebuilding it when a call needs it.
 //!
-//! Owns [`Keyspace`], the state of these subsystems (one struct each), a
-//! field of the `Module` value: its entry points are handed it with the
-//! shared state (`&Shared`) by the event router and the command handlers.
+//! Owns [`Keyspace`], the state of these subsystems (one struct each, and
+//! the server subscriptions that feed them), a field of the `Module`
+//! value: its entry points are handed it with the shared state (`&Shared`)
+//! by the event router and the command handlers.
 //!
 //! May touch: the shared state (`state`), the server layer, the config;
-//! never the command handlers nor the event router above it.
+//! never the command handlers nor the event router above it (the router's
+//! callbacks are handed in as `server::subscribe::Routes`).
 
 pub mod backfill;
 pub mod clientdb;
@@ -25,6 +28,7 @@ pub mod tracking;
 
 use crate::index::Op;
 use crate::server::locked::ServerLock;
+use crate::server::subscribe::{Routes, Subscriptions};
 use crate::server::Ctx;
 use crate::state::Shared;
 
@@ -45,6 +49,17 @@ pub struct Keyspace {
     pub cluster: cluster::ClusterView,
     /// The Valkey 8 client-database workaround.
     pub clientdb: clientdb::ClientDb,
+    /// The server subscriptions (the router's callbacks, the `Key` event
+    /// around loads, the event loop's turns).
+    pub subscriptions: Subscriptions,
+}
+
+/// Subscribes the router's callbacks to notifications and server events
+/// (OnLoad), once the tracking can read keys.
+pub fn subscribe(ctx: Ctx, ks: &Keyspace, routes: Routes) -> Result<(), String> {
+    ks.tracking.init()?;
+    let asm = cluster::module_options(ctx) != 0;
+    ks.subscriptions.subscribe(ctx, routes, asm)
 }
 
 /// The server's cron tick (main thread): the cluster view's refresh and

@@ -14,6 +14,7 @@
 //! index build, `backfill`). May touch: the index (through `state`), the
 //! server layer, and the other keyspace subsystems.
 
+use super::clientdb::RestoreDb;
 use crate::index::{Key, Meta, Op, TypeNames};
 use crate::server::locked::{LockedCell, ServerLock};
 use crate::server::subscribe::{self as sub, event_name};
@@ -178,6 +179,9 @@ pub fn on_keyspace_event(
     m: &Shared,
     ks: &super::Keyspace,
 ) {
+    // The Valkey 8 bug: the client's database selected back on return (see
+    // clientdb.rs).
+    let _restore = RestoreDb::new(lock, ctx, &ks.clientdb);
     if ks.idle.dropped(lock) {
         // No index to keep: only running copies and deletions watch keys.
         if m.watches.any() {
@@ -297,7 +301,8 @@ pub fn on_swapdb(lock: &ServerLock, m: &Shared, ks: &super::Keyspace, data: *mut
     ks.backfill.topology_changed();
 }
 
-/// The Loading event (the `Key` event's part is the router's).
+/// The Loading event (the `Key` event is off while a dataset loads: see
+/// `Subscriptions::on_loading`).
 pub fn on_loading(
     lock: &ServerLock,
     ctx: Ctx,
@@ -305,6 +310,7 @@ pub fn on_loading(
     ks: &'static super::Keyspace,
     subevent: u64,
 ) {
+    ks.subscriptions.on_loading(ctx, subevent);
     match subevent {
         raw::REDISMODULE_SUBEVENT_LOADING_RDB_START
         | raw::REDISMODULE_SUBEVENT_LOADING_AOF_START

@@ -138,9 +138,11 @@ pub fn run_with(
         Shared::bump(&m.stats.snapshots_opened, 1);
         let at = server::command_time_ms();
         let clock = (server::in_script(ctx) && server::expiry::supported()).then(|| {
-            crate::events::follow_loop_turns(ctx);
+            m.keyspace.subscriptions.follow_loop_turns(ctx);
             ScriptClock {
-                lo: server::expiry::script_clock_floor_ms()
+                lo: m
+                    .loop_turns
+                    .script_clock_floor_ms(lock)
                     .filter(|lo| *lo <= at)
                     .unwrap_or(i64::MIN),
                 hi: at,

@@ -5,7 +5,8 @@
 //!
 //! Owns: the scan cursors' serving and the collection copies in flight.
 //! May touch: the module state, the keyspace subsystems (to settle the
-//! index, rebuild it after an idle drop, read the cluster view), the
+//! index, rebuild it after an idle drop, read the cluster view, follow the
+//! event loop's turns for scripts' clock), the
 //! runtime, the server layer and the core.
 
 pub mod collection;

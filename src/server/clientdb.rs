@@ -3,17 +3,17 @@
 //! the filtered command and its client, and selecting a database back on
 //! the executing client.
 
-use super::entry::{command_filter, CommandFilter};
 use super::{api, Ctx};
 use redis_module::raw;
 
-/// Registers `F` as a command filter (OnLoad); false if the server lacks
-/// what the workaround needs.
+/// Registers `filter` (the router's `entry::command_filter::<F>`) as a
+/// command filter (OnLoad); false if the server lacks what the workaround
+/// needs.
 #[allow(
     clippy::not_unsafe_ptr_arg_deref,
     reason = "ctx is the OnLoad context the server passed to the module, live for this call"
 )]
-pub fn register_filter<F: CommandFilter>(ctx: Ctx) -> bool {
+pub fn register_filter(ctx: Ctx, filter: raw::RedisModuleCommandFilterFunc) -> bool {
     let Some(register) = api!(RedisModule_RegisterCommandFilter) else {
         return false;
     };
@@ -25,13 +25,7 @@ pub fn register_filter<F: CommandFilter>(ctx: Ctx) -> bool {
     }
     // SAFETY: ctx is the OnLoad context; the callback is a valid extern fn
     // that lives as long as the module (which is never unloaded).
-    let f = unsafe {
-        register(
-            ctx,
-            Some(command_filter::<F>),
-            raw::REDISMODULE_CMDFILTER_NOSELF as i32,
-        )
-    };
+    let f = unsafe { register(ctx, filter, raw::REDISMODULE_CMDFILTER_NOSELF as i32) };
     !f.is_null()
 }
 

@@ -7,10 +7,9 @@
 //! `NOEXPIRE` is empty when it is logically expired at the command time,
 //! and `RedisModule_GetExpire` is its expiry minus that time.
 
+use super::locked::{LockedCell, ServerLock};
 use super::{api, Ctx, OwnedString};
 use redis_module::raw;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::OnceLock;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// The server's verdict on a key at the running command's time.
@@ -84,52 +83,51 @@ pub fn judge(ctx: Ctx, name: &[u8]) -> Verdict {
     }
 }
 
-/// Wall clock (Unix µs; 0: none yet) and monotonic clock (µs since
-/// [`mono_base`]) when the event loop's last turn began (its after-sleep
-/// event; see [`on_loop_turn`]). Main thread only: written by the event,
-/// read by SNAPSHOT.SCAN (relaxed atomics, not for ordering).
-static TURN_WALL_US: AtomicI64 = AtomicI64::new(0);
-static TURN_MONO_US: AtomicI64 = AtomicI64::new(0);
-
-fn mono_base() -> Instant {
-    static BASE: OnceLock<Instant> = OnceLock::new();
-    *BASE.get_or_init(Instant::now)
+/// The event loop's turns, followed for a floor on the frozen clock of
+/// scripts (a field of the `Module`; `subscribe::Subscriptions` subscribes
+/// them on first use): the wall clock (Unix µs) and the monotonic instant
+/// when the last turn began.
+///
+/// Locking: main thread only (`LockedCell`): written by the event loop's
+/// event, read by SNAPSHOT.SCAN.
+#[derive(Default)]
+pub struct LoopTurns {
+    last: LockedCell<Option<(i64, Instant)>>,
 }
 
-fn clocks_us() -> (i64, i64) {
-    let wall = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64);
-    (wall, mono_base().elapsed().as_micros() as i64)
-}
-
-/// A turn of the server's event loop begins (the after-sleep event, which
-/// the server fires only from its main loop, never while a busy script or
-/// a load lets it process events): every command run from now on, and
-/// every script's frozen clock, is at or after this instant.
-pub fn on_loop_turn() {
-    let (wall, mono) = clocks_us();
-    TURN_MONO_US.store(mono, Ordering::Relaxed);
-    TURN_WALL_US.store(wall.max(1), Ordering::Relaxed);
-}
-
-/// A lower bound (Unix ms) on the frozen clock of the running script: the
-/// start of the event loop's turn in which it began (`None` before the
-/// first turn seen, e.g. while the server loads its data at startup).
-pub fn script_clock_floor_ms() -> Option<i64> {
-    let turn_wall = TURN_WALL_US.load(Ordering::Relaxed);
-    if turn_wall == 0 {
-        return None;
+impl LoopTurns {
+    /// The event loop's event: a turn begins at its after-sleep subevent,
+    /// which the server fires only from its main loop, never while a busy
+    /// script or a load lets it process events: every command run from now
+    /// on, and every script's frozen clock, is at or after this instant.
+    pub fn on_event(&self, lock: &ServerLock, subevent: u64) {
+        if subevent == raw::REDISMODULE_SUBEVENT_EVENTLOOP_AFTER_SLEEP {
+            let wall = wall_us();
+            self.last.replace(lock, Some((wall, Instant::now())));
+        }
     }
-    let (wall, mono) = clocks_us();
-    Some(turn_floor_ms(
-        (turn_wall, TURN_MONO_US.load(Ordering::Relaxed)),
-        (wall, mono),
-    ))
+
+    /// A lower bound (Unix ms) on the frozen clock of the running script:
+    /// the start of the event loop's turn in which it began (`None` before
+    /// the first turn seen, e.g. while the server loads its data at
+    /// startup).
+    pub fn script_clock_floor_ms(&self, lock: &ServerLock) -> Option<i64> {
+        let (turn_wall, turn_at) = self.last.get(lock)?;
+        let wall = wall_us();
+        let mono = turn_at.elapsed().as_micros() as i64;
+        Some(turn_floor_ms((turn_wall, 0), (wall, mono)))
+    }
 }
 
-/// The floor of [`script_clock_floor_ms`] from the wall and monotonic
-/// clocks (µs) at the turn's start and now: the turn's wall time in ms,
+/// The wall clock, Unix µs (0 if it is before the epoch).
+fn wall_us() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
+/// The floor of [`LoopTurns::script_clock_floor_ms`] from the wall and
+/// monotonic clocks (µs) at the turn's start and now: the turn's wall time in ms,
 /// less 1 ms, less whatever the wall clock fell behind the monotonic clock
 /// since (a step back of the system clock, or slewing), so that it stays a
 /// lower bound wherever in between the step happened.

@@ -5,9 +5,11 @@
 //! points the server calls (`entry`, `mainloop`) are the only code that
 //! mints the server-lock token (`locked`).
 //!
-//! Owns: the raw API, its types and callbacks. May touch: the pure core
-//! only (key metadata, slot sets, collection copies); what the module
-//! registers (configs, command docs) is handed in by the layers above.
+//! Owns: the raw API, its types and callbacks, and the server-facing state
+//! the `Module` holds in its fields (`subscribe::Subscriptions`,
+//! `expiry::LoopTurns`). May touch: the pure core only (key metadata, slot
+//! sets, collection copies); what the module registers (configs, command
+//! docs, the router's callbacks) is handed in by the layers above.
 
 pub mod blocked;
 pub mod call;

@@ -20,7 +20,10 @@ pub mod cluster;
 use redis::{Connection, FromRedisValue, RedisResult, ToRedisArgs, Value};
 use tempfile::TempDir;
 
-pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
+/// A bound on every reply, not a synchronisation: generous, because a
+/// bulk command (`DEBUG POPULATE 300000`) on a loaded 2-core machine took
+/// over 10 s once.
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a used cursor stays answerable for a retry, holding its
 /// snapshot or collection copy (README, Cursor lifetime); the janitor drops
 /// it within one of its ticks after that.
@@ -567,7 +570,7 @@ pub fn info_u64(con: &mut Connection, name: &str) -> u64 {
 }
 
 /// `snapshot_index_keys_db<db>`. INFO lists only the non-empty databases
-/// (README, INFO fields), so a database without a line holds 0 keys.
+/// (README, INFO snapshot), so a database without a line holds 0 keys.
 pub fn index_keys_db(con: &mut Connection, db: u32) -> u64 {
     info_opt_u64(con, "snapshot", &format!("snapshot_index_keys_db{db}")).unwrap_or(0)
 }
