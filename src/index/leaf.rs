@@ -905,6 +905,176 @@ impl Leaf {
     }
 }
 
+/// Entries of a leaf merged with a sorted run of truths ([`Leaf::merge`]),
+/// decoded: the keys one after the other in one buffer, and each entry's
+/// end there and metadata. Reused from leaf to leaf. Test-only: the bulk
+/// merge of issue 20's experiment (`index::tests::front`), not shipped
+/// (docs/PERFORMANCE-JOURNAL.md, "A write-optimised front").
+#[cfg(test)]
+#[derive(Default)]
+pub struct Merged {
+    keys: Vec<u8>,
+    ends: Vec<(usize, Meta)>,
+    /// Encoded bytes the entries would take, front-coded one after the
+    /// other (restart points aside).
+    est: usize,
+}
+
+#[cfg(test)]
+impl Merged {
+    pub fn clear(&mut self) {
+        self.keys.clear();
+        self.ends.clear();
+        self.est = 0;
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    fn key(&self, i: usize) -> &[u8] {
+        let start = i.checked_sub(1).map_or(0, |j| self.ends[j].0);
+        &self.keys[start..self.ends[i].0]
+    }
+
+    #[inline]
+    fn push(&mut self, key: &[u8], meta: Meta) {
+        let start = self.keys.len();
+        let prev_start = match self.ends.len() {
+            0 | 1 => 0,
+            n => self.ends[n - 2].0,
+        };
+        let shared = lcp(&self.keys[prev_start..start], key);
+        self.est += Head::new(shared, key.len() - shared, meta).len() + key.len() - shared;
+        self.keys.extend_from_slice(key);
+        self.ends.push((self.keys.len(), meta));
+    }
+
+    /// Encodes the entries into leaves of about `LEAF_MAX` bytes or less
+    /// (as few as hold them, of even sizes); calls `out` with each leaf and
+    /// the last key of the one before it (for a separator).
+    pub fn into_leaves(&self, mut out: impl FnMut(Leaf, &[u8])) {
+        if self.ends.is_empty() {
+            return;
+        }
+        let pieces = self.est.div_ceil(LEAF_MAX).max(1);
+        let target = self.est.div_ceil(pieces);
+        let mut buf: Vec<u8> = Vec::with_capacity(target + LEAF_MAX / 4);
+        let mut restarts: ArrayVec<u16, RESTARTS> = ArrayVec::new();
+        let mut run_start = 0;
+        let mut n = 0u32;
+        let mut prev_last: &[u8] = &[];
+        for i in 0..self.ends.len() {
+            let key = self.key(i);
+            let meta = self.ends[i].1;
+            let prev = if n == 0 { &[][..] } else { self.key(i - 1) };
+            // Cut before this entry once the leaf holds its share, or if it
+            // would take the leaf past twice the limit (huge keys).
+            let entry = Head::new(0, key.len(), meta).len() + key.len();
+            if n > 0 && (buf.len() >= target || buf.len() + entry > 2 * LEAF_MAX) {
+                out(Leaf::of(&buf, n, std::mem::take(&mut restarts)), prev_last);
+                prev_last = prev;
+                buf.clear();
+                n = 0;
+            }
+            let restart = n == 0
+                || (buf.len() - run_start >= RUN_MAX * 3 / 4
+                    && !restarts.is_full()
+                    && buf.len() <= u16::MAX as usize);
+            if restart {
+                run_start = buf.len();
+                restarts.push(buf.len() as u16);
+                encode(&mut buf, 0, key, meta);
+            } else {
+                let shared = lcp(self.key(i - 1), key);
+                encode(&mut buf, shared, &key[shared..], meta);
+            }
+            n += 1;
+        }
+        out(Leaf::of(&buf, n, restarts), prev_last);
+    }
+}
+
+#[cfg(test)]
+impl Leaf {
+    /// A leaf holding `buf`'s entries (`n` of them, restart points at
+    /// `restarts`), in a buffer of its size class.
+    fn of(buf: &[u8], n: u32, restarts: ArrayVec<u16, RESTARTS>) -> Leaf {
+        let mut b = Vec::with_capacity(size_class(buf.len()));
+        b.extend_from_slice(buf);
+        count_bytes(b.capacity(), 0);
+        Leaf {
+            buf: b,
+            len: n,
+            restarts,
+        }
+    }
+
+    /// Merges this leaf's entries with `ops` (sorted by key, distinct
+    /// keys; `None`: remove) into `out`; returns how many entries changed
+    /// (inserted, updated or removed) and how many were inserted minus
+    /// removed.
+    pub fn merge(&self, ops: &[(&[u8], Option<Meta>)], out: &mut Merged) -> (usize, isize) {
+        out.clear();
+        let (mut changed, mut delta) = (0usize, 0isize);
+        let mut key: Vec<u8> = Vec::new();
+        let mut off = 0;
+        let mut cur = self.read(off, &mut key);
+        let mut ops = ops.iter().peekable();
+        loop {
+            match (cur, ops.peek()) {
+                (None, None) => break,
+                (Some((next, m)), op) => {
+                    let ord = op.map_or(std::cmp::Ordering::Less, |(k, _)| key[..].cmp(k));
+                    match ord {
+                        std::cmp::Ordering::Less => {
+                            out.push(&key, m);
+                            off = next;
+                            cur = self.read(off, &mut key);
+                        }
+                        std::cmp::Ordering::Equal => {
+                            let (_, truth) = ops.next().copied().unwrap_or((&[], None));
+                            match truth {
+                                Some(t) => {
+                                    if t != m {
+                                        changed += 1;
+                                    }
+                                    out.push(&key, t);
+                                }
+                                None => {
+                                    changed += 1;
+                                    delta -= 1;
+                                }
+                            }
+                            off = next;
+                            cur = self.read(off, &mut key);
+                        }
+                        std::cmp::Ordering::Greater => {
+                            if let Some((k, Some(t))) = ops.next() {
+                                out.push(k, *t);
+                                changed += 1;
+                                delta += 1;
+                            }
+                        }
+                    }
+                }
+                (None, Some(_)) => {
+                    if let Some((k, Some(t))) = ops.next() {
+                        out.push(k, *t);
+                        changed += 1;
+                        delta += 1;
+                    }
+                }
+            }
+        }
+        (changed, delta)
+    }
+}
+
 /// Decodes the entry at `off` over `key`; returns the next offset and the
 /// entry's metadata.
 #[inline]

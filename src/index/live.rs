@@ -565,6 +565,13 @@ impl Live {
                 // through the request's slot filter like any cut.
                 return Some(ks.snapshot_with(req.db, req.at_ms, req.slots.clone()));
             }
+            // The batch may have reached the request: cut it before the
+            // deadline can turn a finished job into a refusal (a thread
+            // that lost its CPU during the batch is past the deadline).
+            self.cut_due(&mut ks);
+            if let Some(s) = lock(&req.cut).take() {
+                return Some(s);
+            }
             if Instant::now() >= deadline {
                 return None;
             }
@@ -929,6 +936,21 @@ mod tests {
                 "round {round}: exactly the state after the flush"
             );
         }
+    }
+
+    /// A batch that reaches the request cuts it even when the budget ran
+    /// out meanwhile (a main thread that lost its CPU mid-batch): the work
+    /// is done, so the answer is the snapshot, not a refusal.
+    #[test]
+    fn take_within_cuts_a_request_its_last_batch_reached_past_the_deadline() {
+        let live = Live::new(1);
+        for i in 0..10 {
+            live.push(put(0, &format!("k{i}")), NOTHING);
+        }
+        let req = live.open(0, 0);
+        let snap = live.take_within(&req, Duration::ZERO, NOTHING);
+        assert_eq!(snap.map(|s| s.map.len()), Some(10));
+        assert_eq!(live.backlog(), 0);
     }
 
     #[test]

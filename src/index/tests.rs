@@ -418,3 +418,230 @@ mod speed {
         eprintln!("load {load:.0} ns/op, SET new {new:.0}, EXPIRE {exp:.0}, DEL {del:.0}");
     }
 }
+
+/// Issue 20's experiment: what a write-optimised front (changes buffered as
+/// sorted runs, each touched leaf re-encoded once per merge) would save
+/// against today's apply of the log in batches of 1,024.
+/// `SPEED_N=1000000 cargo test --release --lib index::tests::front -- --ignored --nocapture`
+mod front {
+    use super::*;
+
+    use crate::index::thread_cpu_ns as cpu_ns;
+
+    /// Ops applied per configuration (a quarter of the keys at 1M).
+    const TOTAL: usize = 256 * 1024;
+
+    /// A random mix of index-changing writes: a new key (between existing
+    /// ones), a new expiry, a deletion, in turn; no key twice.
+    fn ops(n: u64) -> Vec<(Key, Option<Meta>)> {
+        let perm = |i: u64, m: u64| i.wrapping_mul(0x9E3779B97F4A7C15).rotate_left(29) % m;
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::with_capacity(TOTAL);
+        let mut j = 0u64;
+        while out.len() < TOTAL {
+            j += 1;
+            let kind = out.len() % 3;
+            let i = perm(j, n);
+            // Loaded keys are the even ones.
+            let id = if kind == 0 { 2 * i + 1 } else { 2 * i };
+            if !seen.insert(id) {
+                continue;
+            }
+            let key = Key::new(format!("key:{id:012}").as_bytes());
+            let truth = match kind {
+                0 => Some(Meta::new(0, None)),
+                1 => Some(Meta::new(0, Some(1_900_000_000_000))),
+                _ => None,
+            };
+            out.push((key, truth));
+        }
+        out
+    }
+
+    /// One way of applying a run of writes.
+    type Apply = dyn Fn(&mut Keyspace, &[(Key, Option<Meta>)]);
+
+    /// ns of thread CPU per op for `ops` applied in runs of `run`, by
+    /// `apply` (given the map and one run); with `snap`, a snapshot is
+    /// opened before each run (every leaf shared) and dropped after it,
+    /// off the clock.
+    fn measure(
+        base: &KeyMap,
+        ops: &[(Key, Option<Meta>)],
+        run: usize,
+        snap: bool,
+        apply: &Apply,
+    ) -> f64 {
+        let mut ks = Keyspace::new(1);
+        ks.dbs[0].map = base.deep_clone();
+        let mut el = 0;
+        for chunk in ops.chunks(run) {
+            let s = snap.then(|| ks.snapshot(0, 0));
+            let t0 = cpu_ns();
+            apply(&mut ks, chunk);
+            el += cpu_ns() - t0;
+            drop(s);
+        }
+        el as f64 / ops.len() as f64
+    }
+
+    /// Today: batches of 1,024 applied in chunks of 64 (`apply_batch`).
+    fn today(ks: &mut Keyspace, ops: &[(Key, Option<Meta>)]) {
+        for chunk in ops.chunks(64) {
+            let run: Vec<(usize, &Key, Option<Meta>)> =
+                chunk.iter().map(|(k, t)| (0, k, *t)).collect();
+            ks.apply_run(&run);
+        }
+    }
+
+    /// The run sorted by key (the last truth of a key wins).
+    fn sorted(ops: &[(Key, Option<Meta>)]) -> Vec<(&[u8], Option<Meta>)> {
+        let mut v: Vec<(&[u8], Option<Meta>)> =
+            ops.iter().map(|(k, t)| (k.as_bytes(), *t)).collect();
+        v.sort_by(|a, b| a.0.cmp(b.0));
+        v.dedup_by(|later, earlier| {
+            let same = later.0 == earlier.0;
+            if same {
+                earlier.1 = later.1;
+            }
+            same
+        });
+        v
+    }
+
+    /// Sorted, then applied one by one (the cache locality of order alone).
+    fn sorted_each(ks: &mut Keyspace, ops: &[(Key, Option<Meta>)]) {
+        let v = sorted(ops);
+        let keys: Vec<Key> = v.iter().map(|(k, _)| Key::new(k)).collect();
+        let run: Vec<(usize, &Key, Option<Meta>)> =
+            keys.iter().zip(&v).map(|(k, (_, t))| (0, k, *t)).collect();
+        for chunk in run.chunks(64) {
+            ks.apply_run(chunk);
+        }
+    }
+
+    /// Sorted, then merged in bulk (each touched leaf re-encoded once).
+    fn bulk(ks: &mut Keyspace, ops: &[(Key, Option<Meta>)]) {
+        let v = sorted(ops);
+        ks.dbs[0].map.merge_sorted(&v);
+    }
+
+    fn median(mut v: Vec<f64>) -> f64 {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    }
+
+    #[test]
+    #[ignore]
+    fn runs() {
+        let n: u64 = std::env::var("SPEED_N")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1_000_000);
+        crate::index::tree::VERIFY_REUSE.set(false);
+        // Loaded in random order (leaves as the server's writes grow them).
+        let perm = |i: u64| i.wrapping_mul(0x9E3779B97F4A7C15).rotate_left(17) % n;
+        let mut base = KeyMap::new();
+        let mut seen = vec![false; n as usize];
+        for i in 0..n {
+            let j = perm(i);
+            if !std::mem::replace(&mut seen[j as usize], true) {
+                base.insert(format!("key:{:012}", 2 * j).as_bytes(), Meta::new(0, None));
+            }
+        }
+        for (j, s) in seen.iter().enumerate() {
+            if !s {
+                base.insert(format!("key:{:012}", 2 * j).as_bytes(), Meta::new(0, None));
+            }
+        }
+        let (leaves, mean) = base.leaf_stats();
+        eprintln!(
+            "{} keys, {leaves} leaves of {mean:.0} B, {:.1} B/key; {TOTAL} ops",
+            base.len(),
+            base.live_bytes() as f64 / base.len() as f64
+        );
+        let ops = ops(n);
+        // Same result whichever way.
+        let (mut a, mut b) = (Keyspace::new(1), Keyspace::new(1));
+        a.dbs[0].map = base.deep_clone();
+        b.dbs[0].map = base.deep_clone();
+        today(&mut a, &ops);
+        for chunk in ops.chunks(16 * 1024) {
+            bulk(&mut b, chunk);
+        }
+        assert_eq!(a.dbs[0].map.len(), b.dbs[0].map.len());
+        let mut it = (a.dbs[0].map.iter(), b.dbs[0].map.iter());
+        loop {
+            let x = it.0.next_entry().map(|(k, m)| (k.to_vec(), m));
+            let y = it.1.next_entry().map(|(k, m)| (k.to_vec(), m));
+            assert_eq!(x, y);
+            if x.is_none() {
+                break;
+            }
+        }
+        let (lb, mb) = b.dbs[0].map.leaf_stats();
+        eprintln!(
+            "after the ops: one by one {:.1} B/key, bulk {:.1} B/key ({lb} leaves of {mb:.0} B)",
+            a.dbs[0].map.live_bytes() as f64 / a.dbs[0].map.len() as f64,
+            b.dbs[0].map.live_bytes() as f64 / b.dbs[0].map.len() as f64,
+        );
+        drop((a, b));
+        let reps = 3;
+        eprintln!("ns/op (median of {reps}; min-max)");
+        eprintln!("run    snapshot  today(1024)  lookup alone  sort alone  sorted+each  sorted+bulk  today/bulk");
+        for snap in [false, true] {
+            let runs: &[usize] = if std::env::var("SPEED_FEW").is_ok() {
+                &[16 * 1024, 256 * 1024]
+            } else {
+                &[1024, 16 * 1024, 64 * 1024, 256 * 1024]
+            };
+            for &run in runs {
+                let mut t = Vec::new();
+                let mut e = Vec::new();
+                let mut bk = Vec::new();
+                let mut so = Vec::new();
+                let mut lk = Vec::new();
+                for _ in 0..reps {
+                    // What finding each key costs (the part a bulk descent
+                    // could spare at best), in today's batches.
+                    lk.push(measure(&base, &ops, run, false, &|ks, c| {
+                        let mut out = Vec::new();
+                        for b in c.chunks(tree::GET_MANY) {
+                            let keys: Vec<&[u8]> = b.iter().map(|(k, _)| k.as_bytes()).collect();
+                            ks.dbs[0].map.locate_many(&keys, &mut out);
+                            std::hint::black_box(&out);
+                        }
+                    }));
+                    so.push(measure(&base, &ops, run, false, &|_, c| {
+                        std::hint::black_box(sorted(c));
+                    }));
+                    // Today's batches are 1,024 whatever the run; the run
+                    // sets how often a snapshot is opened.
+                    t.push(measure(&base, &ops, run, snap, &|ks, c| {
+                        for b in c.chunks(1024) {
+                            today(ks, b)
+                        }
+                    }));
+                    e.push(measure(&base, &ops, run, snap, &sorted_each));
+                    bk.push(measure(&base, &ops, run, snap, &bulk));
+                }
+                let r = |v: &Vec<f64>| {
+                    let lo = v.iter().copied().fold(f64::MAX, f64::min);
+                    let hi = v.iter().copied().fold(0.0, f64::max);
+                    format!("{:5.0} ({lo:.0}-{hi:.0})", median(v.clone()))
+                };
+                eprintln!(
+                    "{:>4}k  {:8}  {}  {}  {}  {}  {}  {:.2}x",
+                    run / 1024,
+                    if snap { "yes" } else { "no" },
+                    r(&t),
+                    r(&lk),
+                    r(&so),
+                    r(&e),
+                    r(&bk),
+                    median(t.clone()) / median(bk.clone())
+                );
+            }
+        }
+    }
+}

@@ -26,6 +26,8 @@
 //! Locking: none; `&mut self` methods need exclusive access to this handle
 //! only, never to other clones (snapshots) of the same tree.
 
+#[cfg(test)]
+use super::leaf::Merged;
 use super::leaf::{count_bytes, lcp, Leaf, Probe, LEAF_MAX, LEAF_MIN};
 use super::{Key, KeyProbe, Meta};
 use arrayvec::ArrayVec;
@@ -518,6 +520,54 @@ impl KeyMap {
         old
     }
 
+    /// Applies `ops` (sorted by key, no key twice; `None`: remove the
+    /// key) as [`insert`](Self::insert) and [`remove`](Self::remove) would
+    /// one after the other, but re-encoding each leaf they touch once, into
+    /// new leaves (a snapshot keeps the old ones as they are). Returns how
+    /// many changed the map. Any [`Located`] found before is stale after.
+    /// Test-only: issue 20's experiment (`index::tests::front`) measured it
+    /// 1.4-25x slower than the indexer's per-key edits, so it is not used.
+    #[cfg(test)]
+    pub fn merge_sorted(&mut self, ops: &[(&[u8], Option<Meta>)]) -> usize {
+        debug_assert!(ops.windows(2).all(|w| w[0].0 < w[1].0), "unsorted run");
+        if ops.is_empty() {
+            return 0;
+        }
+        let mut st = MergeStats::default();
+        let mut scratch = Merged::default();
+        let out = match &self.root {
+            Some(root) => merge_node(root, ops, &mut st, &mut scratch),
+            None => {
+                let (changed, delta) = Leaf::default().merge(ops, &mut scratch);
+                st.changed = changed;
+                st.delta = delta;
+                Outcome::Replace(leaves_of(&scratch, &mut st))
+            }
+        };
+        let Outcome::Replace(mut items) = out else {
+            return 0;
+        };
+        while items.len() > 1 {
+            items = branches_of(items, &mut st);
+        }
+        self.root = items.pop().map(|(_, n)| n);
+        while let Some(Node::Branch(b)) = self.root.as_deref() {
+            if b.children.len() != 1 {
+                break;
+            }
+            let only = b.children[0].clone();
+            st.bytes -= self.root.as_deref().map_or(0, bytes) as isize;
+            self.root = Some(only);
+        }
+        self.len = self.len.saturating_add_signed(st.delta);
+        self.live_bytes = self.live_bytes.saturating_add_signed(st.bytes);
+        self.touched = Touched {
+            lost: true,
+            ..Touched::default()
+        };
+        st.changed
+    }
+
     /// Removes `key`; returns its value if it was present. A missing key
     /// copies no node.
     pub fn remove(&mut self, key: &[u8]) -> Option<Meta> {
@@ -684,6 +734,27 @@ impl KeyMap {
         );
         if let Some(Node::Branch(b)) = self.root.as_deref() {
             assert!(b.children.len() >= 2, "root branch with one child");
+        }
+    }
+
+    /// A copy sharing no node with `self` (speed tests: a map no
+    /// snapshot shares, without building it again).
+    #[cfg(test)]
+    pub fn deep_clone(&self) -> KeyMap {
+        fn copy(n: &Arc<Node>) -> Arc<Node> {
+            match &**n {
+                Node::Leaf(l) => new_node(Node::Leaf(l.clone())),
+                Node::Branch(b) => new_node(Node::Branch(Box::new(Branch {
+                    keys: b.keys.clone(),
+                    children: b.children.iter().map(copy).collect(),
+                }))),
+            }
+        }
+        KeyMap {
+            root: self.root.as_ref().map(copy),
+            len: self.len,
+            live_bytes: self.live_bytes,
+            touched: Touched::default(),
         }
     }
 
@@ -876,6 +947,181 @@ fn merge_if_fits(b: &mut Branch, i: usize, e: &mut Edit) -> bool {
     }
     e.bytes += bytes(&b.children[i]) as isize - before;
     true
+}
+
+#[cfg(test)]
+/// What a bulk merge ([`KeyMap::merge_sorted`]) made of a node: nothing
+/// changed, or the nodes of the same height that replace it (none if it
+/// emptied), each with the separator before it (the first one's unused).
+enum Outcome {
+    Same,
+    Replace(Vec<(Option<Key>, Arc<Node>)>),
+}
+
+#[cfg(test)]
+/// Counts of a bulk merge.
+#[derive(Default)]
+struct MergeStats {
+    changed: usize,
+    /// Entries inserted minus entries removed.
+    delta: isize,
+    /// Change of the bytes reachable from the root.
+    bytes: isize,
+}
+
+#[cfg(test)]
+/// New leaves holding `m`'s entries, with their separators.
+fn leaves_of(m: &Merged, st: &mut MergeStats) -> Vec<(Option<Key>, Arc<Node>)> {
+    let mut out = Vec::new();
+    m.into_leaves(|leaf, prev_last| {
+        let sep = (!out.is_empty()).then(|| separator(prev_last, leaf.first_key()));
+        let node = new_node(Node::Leaf(leaf));
+        st.bytes += bytes(&node) as isize;
+        out.push((sep, node));
+    });
+    out
+}
+
+#[cfg(test)]
+/// Whether two neighbours fit in one node.
+fn fit_together(l: &Node, r: &Node) -> bool {
+    match (l, r) {
+        (Node::Leaf(x), Node::Leaf(y)) => x.encoded_len() + y.encoded_len() <= LEAF_MAX,
+        (Node::Branch(x), Node::Branch(y)) => x.children.len() + y.children.len() <= BRANCH_CAP,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+/// Groups `items` (nodes of one height, with the separators before them)
+/// into branches of at most [`BRANCH_CAP`] children, as few as hold them,
+/// of even sizes.
+fn branches_of(
+    mut items: Vec<(Option<Key>, Arc<Node>)>,
+    st: &mut MergeStats,
+) -> Vec<(Option<Key>, Arc<Node>)> {
+    let n = items.len();
+    let pieces = n.div_ceil(BRANCH_CAP).max(1);
+    let mut out = Vec::with_capacity(pieces);
+    let mut rest = items.drain(..);
+    for p in 0..pieces {
+        let take = n * (p + 1) / pieces - n * p / pieces;
+        let mut b = Branch {
+            keys: ArrayVec::new(),
+            children: ArrayVec::new(),
+        };
+        let mut up = None;
+        for (j, (sep, child)) in rest.by_ref().take(take).enumerate() {
+            if j == 0 {
+                up = sep;
+            } else if let Some(sep) = sep {
+                b.keys.push(sep);
+            }
+            b.children.push(child);
+        }
+        let node = new_node(Node::Branch(Box::new(b)));
+        st.bytes += bytes(&node) as isize;
+        out.push((up, node));
+    }
+    out
+}
+
+#[cfg(test)]
+/// Merges `ops` (sorted, distinct keys, all within `node`'s key range)
+/// into `node`, building new nodes for those that change and sharing the
+/// rest; `node` itself is left as it is (a snapshot may hold it).
+fn merge_node(
+    node: &Arc<Node>,
+    ops: &[(&[u8], Option<Meta>)],
+    st: &mut MergeStats,
+    scratch: &mut Merged,
+) -> Outcome {
+    match &**node {
+        Node::Leaf(l) => {
+            let (changed, delta) = l.merge(ops, scratch);
+            if changed == 0 {
+                return Outcome::Same;
+            }
+            st.changed += changed;
+            st.delta += delta;
+            st.bytes -= bytes(node) as isize;
+            Outcome::Replace(leaves_of(scratch, st))
+        }
+        Node::Branch(b) => {
+            let sep_before = |ci: usize| ci.checked_sub(1).map(|i| b.keys[i].clone());
+            let mut items: Vec<(Option<Key>, Arc<Node>)> = Vec::new();
+            // Children before this one are in `items` (or were replaced).
+            let mut copied = 0;
+            let mut any = false;
+            let mut rest = ops;
+            while let Some((first, _)) = rest.first() {
+                let ci = b.child_for(&KeyProbe::new(first));
+                let end = match b.keys.get(ci) {
+                    Some(sep) => rest.partition_point(|(k, _)| !sep.le(&KeyProbe::new(k))),
+                    None => rest.len(),
+                };
+                let (mine, later) = rest.split_at(end.max(1));
+                rest = later;
+                if let Outcome::Replace(new) = merge_node(&b.children[ci], mine, st, scratch) {
+                    if !any {
+                        items.reserve(b.children.len() + new.len());
+                        any = true;
+                    }
+                    items.extend((copied..ci).map(|i| (sep_before(i), b.children[i].clone())));
+                    // The first piece keeps the old separator (its keys are
+                    // still at or past it); a child that emptied takes its
+                    // separator with it.
+                    items.extend(
+                        new.into_iter()
+                            .enumerate()
+                            .map(|(j, (sep, n))| (if j == 0 { sep_before(ci) } else { sep }, n)),
+                    );
+                    copied = ci + 1;
+                }
+            }
+            if !any {
+                return Outcome::Same;
+            }
+            items
+                .extend((copied..b.children.len()).map(|i| (sep_before(i), b.children[i].clone())));
+            st.bytes -= bytes(node) as isize;
+            if let Some(first) = items.first_mut() {
+                first.0 = None;
+            }
+            rebalance(&mut items, st);
+            if items.is_empty() {
+                return Outcome::Replace(items);
+            }
+            Outcome::Replace(branches_of(items, st))
+        }
+    }
+}
+
+#[cfg(test)]
+/// Merges neighbours of which one is under its minimum, where they fit in
+/// one node (as removals do).
+fn rebalance(items: &mut Vec<(Option<Key>, Arc<Node>)>, st: &mut MergeStats) {
+    let mut i = 0;
+    while i + 1 < items.len() {
+        let (l, r) = (&items[i].1, &items[i + 1].1);
+        if !((l.underfull() || r.underfull()) && fit_together(l, r)) {
+            i += 1;
+            continue;
+        }
+        let (sep, right) = items.remove(i + 1);
+        st.bytes -= bytes(&right) as isize;
+        let before = bytes(&items[i].1) as isize;
+        match (Arc::make_mut(&mut items[i].1), &*right) {
+            (Node::Leaf(x), Node::Leaf(y)) => x.append(y),
+            (Node::Branch(x), Node::Branch(y)) => {
+                x.keys.extend(sep);
+                x.keys.extend(y.keys.iter().cloned());
+                x.children.extend(y.children.iter().cloned());
+            }
+            _ => {}
+        }
+        st.bytes += bytes(&items[i].1) as isize - before;
+    }
 }
 
 /// In-order reader over a range of a [`KeyMap`]. Keys are decoded into a
@@ -1211,6 +1457,114 @@ mod tests {
             v.truncate(3);
         }
         v
+    }
+
+    /// Runs of truths (sorted, one per key) merged in bulk.
+    fn run_op() -> impl Strategy<Value = Vec<(u16, Option<u8>)>> {
+        proptest::collection::vec(
+            (0u16..3000, proptest::option::weighted(0.6, any::<u8>())),
+            0..1500,
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Bulk merges, one-by-one writes and snapshots, against a model:
+        /// the map, and every snapshot, hold what the model does, and the
+        /// tree keeps its invariants (sizes, separators, byte counts).
+        #[test]
+        fn bulk_merges_behave_like_btreemap(
+            runs in proptest::collection::vec((run_op(), any::<bool>(), 0u8..4), 1..12),
+        ) {
+            let mut t = KeyMap::new();
+            let mut model: BTreeMap<Vec<u8>, Meta> = BTreeMap::new();
+            let mut snaps: Vec<(KeyMap, BTreeMap<Vec<u8>, Meta>)> = Vec::new();
+            for (run, bulk, snap) in runs {
+                if snap == 0 {
+                    snaps.push((t.clone(), model.clone()));
+                }
+                // The last truth of each key wins (as the indexer dedups).
+                let mut last: BTreeMap<Vec<u8>, Option<Meta>> = BTreeMap::new();
+                for (k, v) in &run {
+                    last.insert(key16(*k), v.map(|v| m(v as u64)));
+                }
+                let mut want_changed = 0;
+                for (k, v) in &last {
+                    let old = match v {
+                        Some(v) => model.insert(k.clone(), *v),
+                        None => model.remove(k),
+                    };
+                    want_changed += usize::from(old != *v);
+                }
+                if bulk {
+                    let ops: Vec<(&[u8], Option<Meta>)> =
+                        last.iter().map(|(k, v)| (&k[..], *v)).collect();
+                    prop_assert_eq!(t.merge_sorted(&ops), want_changed);
+                } else {
+                    for (k, v) in &last {
+                        match v {
+                            Some(v) => t.insert(k, *v),
+                            None => t.remove(k),
+                        };
+                    }
+                }
+                t.check();
+                let want: Vec<(Vec<u8>, Meta)> = model.iter().map(|(k, v)| (k.clone(), *v)).collect();
+                prop_assert_eq!(t.to_vec(), want);
+            }
+            for (snap, model) in &snaps {
+                snap.check();
+                let want: Vec<(Vec<u8>, Meta)> = model.iter().map(|(k, v)| (k.clone(), *v)).collect();
+                prop_assert_eq!(snap.to_vec(), want);
+            }
+        }
+    }
+
+    /// A bulk merge into a large tree: growing it from nothing, then runs
+    /// that touch many leaves, some removing whole ranges.
+    #[test]
+    fn bulk_merges_of_large_runs() {
+        let keys: Vec<Vec<u8>> = (0..200_000u32)
+            .map(|i| format!("k{i:08}").into_bytes())
+            .collect();
+        let mut t = KeyMap::new();
+        let ops: Vec<(&[u8], Option<Meta>)> = keys
+            .iter()
+            .step_by(2)
+            .map(|k| (&k[..], Some(m(1))))
+            .collect();
+        assert_eq!(t.merge_sorted(&ops), 100_000);
+        t.check();
+        let snap = t.clone();
+        let ops: Vec<(&[u8], Option<Meta>)> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| {
+                (
+                    &k[..],
+                    (i % 3 != 0 && !(50_000..150_000).contains(&i)).then(|| m(2)),
+                )
+            })
+            .collect();
+        t.merge_sorted(&ops);
+        t.check();
+        let want: Vec<Vec<u8>> = keys
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % 3 != 0 && !(50_000..150_000).contains(i))
+            .map(|(_, k)| k.clone())
+            .collect();
+        assert_eq!(
+            t.to_vec().into_iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            want
+        );
+        snap.check();
+        assert_eq!(snap.len(), 100_000);
+        let all: Vec<(&[u8], Option<Meta>)> = keys.iter().map(|k| (&k[..], None)).collect();
+        t.merge_sorted(&all);
+        t.check();
+        assert!(t.is_empty() && t.root.is_none());
+        assert_eq!(t.live_bytes(), 0);
     }
 
     proptest! {
