@@ -503,6 +503,14 @@ impl<T> Registry<T> {
         g.groups.len() - live
     }
 
+    /// Runs `f` while the registry holds no iteration and no copy kept for a
+    /// retry, under the registry's lock (so no iteration registers during
+    /// `f`); `None` when it holds some.
+    pub fn when_empty<R>(&self, f: impl FnOnce() -> R) -> Option<R> {
+        let g = self.lock();
+        (g.entries.is_empty() && g.spent.is_empty()).then(f)
+    }
+
     pub fn stats(&self) -> Stats {
         let g = self.lock();
         Stats {
@@ -767,9 +775,11 @@ mod tests {
         assert_eq!((r.stats().open, r.stats().spent), (1, 0));
         assert!(r.take_retryable(id, 0, |_, _| Ok::<(), ()>(())).0.is_ok());
         assert_eq!((r.stats().open, r.stats().spent), (0, 1));
+        assert_eq!(r.when_empty(|| 1), None);
         let (_, aged) = r.take_retryable(id + 1, RETRY_MS + 1, |_, _| Ok::<(), ()>(()));
         assert_eq!(aged, vec!['x']);
         assert_eq!((r.stats().open, r.stats().spent), (0, 0));
+        assert_eq!(r.when_empty(|| 1), Some(1));
     }
 
     /// README (Cursor lifetime): a used cursor answers again "within 10

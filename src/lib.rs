@@ -109,7 +109,6 @@ mod onload {
         }
         server::latency::init::<ModuleLatency>(ctx.ctx, &m.latency);
         commands::testhook::at_load(m.threads);
-        m.start_runtime();
         m.hash_field_ttl.store(
             has_hash_field_ttl(ctx),
             std::sync::atomic::Ordering::Relaxed,
@@ -133,6 +132,10 @@ mod onload {
             ctx.log_warning(&format!("snapscan: {e}"));
             return Status::Err;
         }
+        // Threads last: every step that can refuse the load is behind us (a
+        // refused load is unloaded by the server while its threads would
+        // still run module code).
+        m.start_runtime();
         state::start_indexer(m);
         state::start_janitor(m);
         if backfill::needed(ctx.ctx, dbs) {

@@ -416,12 +416,14 @@ pub fn retained_bytes(m: &Shared) -> usize {
 /// index its own deletions shrank.
 pub fn index_peak(m: &Shared) -> usize {
     let live = m.live.live_node_bytes();
-    let held = m.cursors.stats();
-    if held.open == 0 && held.spent == 0 {
-        m.index_peak.store(live, Ordering::Relaxed);
-        live
-    } else {
-        m.index_peak.fetch_max(live, Ordering::Relaxed).max(live)
+    // The reset runs under the registry's lock: an iteration registers
+    // either before (no reset) or after it (and then raises the peak).
+    let reset = m
+        .cursors
+        .when_empty(|| m.index_peak.store(live, Ordering::Relaxed));
+    match reset {
+        Some(()) => live,
+        None => m.index_peak.fetch_max(live, Ordering::Relaxed).max(live),
     }
 }
 

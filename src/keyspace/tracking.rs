@@ -10,7 +10,8 @@
 //! DB, which some servers fire from a context selected on another database,
 //! so the key is re-read in every database.
 //!
-//! Owns the pending-new-key protocol and truth recording (also used by the
+//! Owns the pending-key protocol (a key a command created, or a string SET
+//! parked until the same command's `expire` event) and truth recording (also used by the
 //! index build, `backfill`). May touch: the index (through `state`), the
 //! server layer, and the other keyspace subsystems.
 
@@ -75,7 +76,7 @@ impl Tracking {
         Ok(())
     }
 
-    /// Forgets the pending new key (the index is being dropped).
+    /// Forgets the pending key (the index is being dropped).
     pub fn forget_pending(&self, lock: &ServerLock) {
         self.pending_new.take(lock);
     }
