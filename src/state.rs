@@ -196,6 +196,25 @@ impl Shared {
         logged
     }
 
+    /// [`push_truth`](Self::push_truth) for a key only its copy names.
+    pub fn push_owned_truth(
+        &self,
+        lock: &ServerLock,
+        db: usize,
+        key: (crate::index::Key, u64),
+        truth: Option<crate::index::Meta>,
+        existed: bool,
+    ) -> bool {
+        let mut cache = self.filter_cache.replace(lock, FilterCache::default());
+        let logged = self
+            .live
+            .push_owned_truth(&mut cache, db, key, truth, existed, &|maps| {
+                self.dispose_maps(maps)
+            });
+        self.filter_cache.replace(lock, cache);
+        logged
+    }
+
     /// Skips the truth of a key that existed and is now a plain string when
     /// the index already says so (see [`Live::skip_if_plain_h`]); `h` is the
     /// hash [`prefetch_truth`](Self::prefetch_truth) returned.

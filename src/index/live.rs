@@ -307,18 +307,57 @@ impl Live {
         dispose: Dispose,
     ) -> bool {
         debug_assert_eq!(h, super::filter::hash(key));
-        match truth {
-            Some(m) if m == PLAIN && existed && self.skip_if_plain_h(cache, h) => return false,
-            Some(m) if m != PLAIN => self.note_unusual(cache, h),
-            _ => {}
+        if !self.truth_may_change(cache, h, truth, existed) {
+            return false;
         }
-        // A key that existed whose last logged truth is this one (an HSET,
-        // SADD, ZADD... on an existing collection) changes nothing either.
         let key = owned.unwrap_or_else(|| Key::new(key));
-        if self
-            .push_inner(Op::Set(db, key, truth), existed, Some(h), dispose)
-            .is_none()
-        {
+        self.log_truth(Op::Set(db, key, truth), existed, h, dispose)
+    }
+
+    /// [`push_truth`](Self::push_truth) for a key only its copy names.
+    #[inline]
+    pub fn push_owned_truth(
+        &self,
+        cache: &mut FilterCache,
+        db: usize,
+        (key, h): (Key, u64),
+        truth: Option<Meta>,
+        existed: bool,
+        dispose: Dispose,
+    ) -> bool {
+        debug_assert_eq!(h, super::filter::hash(key.as_bytes()));
+        if !self.truth_may_change(cache, h, truth, existed) {
+            return false;
+        }
+        self.log_truth(Op::Set(db, key, truth), existed, h, dispose)
+    }
+
+    /// False for a truth that cannot change the index: a key that existed
+    /// and is a plain string the index already holds as one. Notes a key
+    /// with anything else than a plain string in the filter.
+    #[inline(always)]
+    fn truth_may_change(
+        &self,
+        cache: &mut FilterCache,
+        h: u64,
+        truth: Option<Meta>,
+        existed: bool,
+    ) -> bool {
+        match truth {
+            Some(m) if m == PLAIN && existed && self.skip_if_plain_h(cache, h) => false,
+            Some(m) if m != PLAIN => {
+                self.note_unusual(cache, h);
+                true
+            }
+            _ => true,
+        }
+    }
+
+    /// Logs `op` unless the recent-truth table says it changes nothing
+    /// (an HSET, SADD, ZADD... on an existing collection).
+    #[inline(always)]
+    fn log_truth(&self, op: Op, existed: bool, h: u64, dispose: Dispose) -> bool {
+        if self.push_inner(op, existed, Some(h), dispose).is_none() {
             let n = self.skipped.load(Ordering::Relaxed);
             self.skipped.store(n + 1, Ordering::Relaxed);
             return false;

@@ -87,6 +87,7 @@ fn on_key_unlinked(
         return m.watches.bump(db, name); // no index to keep
     }
     let already = ks.deleted.take_gone(lock, db, name);
+    ks.tracking.key_deleted(lock, db, name);
     m.watches.bump(db, name);
     match subevent {
         raw::REDISMODULE_SUBEVENT_KEY_DELETED

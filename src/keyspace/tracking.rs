@@ -53,6 +53,11 @@ struct Pending {
     /// The name as the server handed it (parked SETs only): read later
     /// without a copy into a new server string.
     held: Option<server::HeldString>,
+    /// The command created the key and SET it: a string without expiry,
+    /// logged as such without a read unless an event about the key comes
+    /// first (the "expire" of a SET ... EX then reads it once, and the key
+    /// is logged once, with its expiry) or a `Key` event deletes it.
+    plain: bool,
 }
 
 /// The tracking's state (a field of `keyspace::Keyspace`).
@@ -74,6 +79,19 @@ impl Tracking {
         let probe = Detached::new().ok_or("no thread-safe context")?;
         *self.probe.lock().unwrap_or_else(|e| e.into_inner()) = Some(probe);
         Ok(())
+    }
+
+    /// A `Key` event deleted `name` in `db`: if it is the pending key
+    /// parked as a created plain string, it must be read, not logged as
+    /// one (the deletion's own notification may return before claiming
+    /// it, see `on_keyspace_event`).
+    pub fn key_deleted(&self, lock: &ServerLock, db: usize, name: &[u8]) {
+        if let Some(mut p) = self.pending_new.take(lock) {
+            if p.db == db && p.key.as_bytes() == name {
+                p.plain = false;
+            }
+            self.pending_new.replace(lock, Some(p));
+        }
     }
 
     /// Forgets the pending key (the index is being dropped).
@@ -117,7 +135,13 @@ fn read_pending(
         hash,
         existed,
         held,
+        plain,
     } = p;
+    if plain {
+        let truth = Some(Meta::plain(crate::index::meta::STRING));
+        m.push_owned_truth(lock, db, (key, hash), truth, false);
+        return;
+    }
     if let (Some(h), Some((ctx, here_db))) = (held.as_ref(), here) {
         if here_db == db {
             let found = keys::probe(ctx, h.ptr(), &m.named_types);
@@ -230,13 +254,6 @@ fn record(
     m.push_truth(lock, db, key, hash, truth, existed);
 }
 
-/// Logs that the key `name` (copied as `key`, hashed as `hash`) in `db`,
-/// which the running command created, is a string without expiry.
-fn record_plain(lock: &ServerLock, m: &Shared, db: usize, (name, key): (&[u8], Key), hash: u64) {
-    let plain = Meta::plain(crate::index::meta::STRING);
-    m.push_truth(lock, db, (name, Some(key)), hash, Some(plain), false);
-}
-
 /// Re-reads `key` in every database through the probe context (MOVE and
 /// COPY ... DB: some servers fire them from a context selected on another
 /// database than the key's).
@@ -336,6 +353,7 @@ pub fn on_keyspace_event(
             hash,
             existed: false,
             held: None,
+            plain: false,
         };
         ks.tracking.pending_new.replace(lock, Some(p));
         return;
@@ -354,7 +372,10 @@ pub fn on_keyspace_event(
         // or kept (KEEPTTL), or set by the "expire" event that the SET
         // fires right after this one, which reads the key: so a key the
         // command created is a string without expiry here, and one that
-        // was such a string stays one. Neither needs reading.
+        // was such a string stays one. Neither needs reading. A created
+        // key is parked as such: logged without a read at the next event
+        // about another key (or before the index is read), or read once
+        // by the "expire" event of a SET ... EX, which then logs it once.
         //
         // A key that existed and that the index may hold otherwise (with
         // an expiry, or as another type) must be read: parked, it is read
@@ -362,7 +383,17 @@ pub fn on_keyspace_event(
         // for both events (or by the next event, or before the index is
         // read, when the SET carried no expiry).
         b"set" if type_ == raw::REDISMODULE_NOTIFY_STRING as c_int => match owned {
-            Some(k) if !existed => record_plain(lock, m, db, (name, k), hash),
+            Some(k) if !existed => {
+                let p = Pending {
+                    db,
+                    key: k,
+                    hash,
+                    existed: false,
+                    held: None,
+                    plain: true,
+                };
+                ks.tracking.pending_new.replace(lock, Some(p));
+            }
             _ if m.skip_if_plain_h(lock, hash) => {}
             k => {
                 let held = server::HeldString::hold(key);
@@ -373,6 +404,7 @@ pub fn on_keyspace_event(
                     hash,
                     existed: true,
                     held,
+                    plain: false,
                 };
                 ks.tracking.pending_new.replace(lock, Some(p));
             }
