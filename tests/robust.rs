@@ -174,7 +174,9 @@ fn calls_that_cannot_block_answer_tryagain_instead_of_applying_a_big_backlog() {
         text.contains("TRYAGAIN") && text.contains("retry shortly"),
         "{text}"
     );
-    assert!(took < Duration::from_millis(200), "EXEC took {took:?}");
+    // A bound only (a loaded machine stretches wall time): that the EXEC
+    // applied no big share of the backlog is checked on the backlog below.
+    assert!(took < Duration::from_secs(2), "EXEC took {took:?}");
 
     // A script gets the same error (catchable with pcall).
     let got: String = query(
