@@ -60,7 +60,9 @@ echo "build-portable: cargo zigbuild --release --lib --target $TRIPLE.$BASELINE 
 # in by default, crashes the server in _Unwind_RaiseException on the first
 # panic. Every glibc system has libgcc_s.so.1 (its GCC_* symbol versions are
 # older than any glibc baseline we target).
-libgcc_s=$(/sbin/ldconfig -p 2>/dev/null | awk '/libgcc_s\.so\.1 .*x86-64/{print $NF; exit}')
+# (awk reads to the end: exiting at the first match could kill ldconfig with
+# SIGPIPE, which pipefail and set -e turn into a silent exit of this script.)
+libgcc_s=$(/sbin/ldconfig -p 2>/dev/null | awk '/libgcc_s\.so\.1 .*x86-64/ && !found {print $NF; found = 1}' || true)
 [[ -n "$libgcc_s" && -e "$libgcc_s" ]] || libgcc_s=/lib/x86_64-linux-gnu/libgcc_s.so.1
 [[ -e "$libgcc_s" ]] || die "no libgcc_s.so.1 found (needed for panic unwinding)"
 RUSTFLAGS="${RUSTFLAGS:-} -C link-arg=$libgcc_s" \
