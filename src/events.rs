@@ -122,27 +122,27 @@ impl ServerEvent for AsyncLoad {
 
 struct SlotMigration;
 impl ServerEvent for SlotMigration {
-    fn on(_lock: &ServerLock, ctx: Ctx, subevent: u64, data: *mut c_void) {
+    fn on(lock: &ServerLock, ctx: Ctx, subevent: u64, data: *mut c_void) {
         route(ctx, "slot migration", |m, ks| {
-            ks.cluster.on_slot_migration(ctx, m, subevent, data)
+            keyspace::before_slot_event(lock, m, ks).on_slot_migration(ctx, m, subevent, data)
         });
     }
 }
 
 struct RedisSlotMigration;
 impl ServerEvent for RedisSlotMigration {
-    fn on(_lock: &ServerLock, ctx: Ctx, subevent: u64, data: *mut c_void) {
+    fn on(lock: &ServerLock, ctx: Ctx, subevent: u64, data: *mut c_void) {
         route(ctx, "slot migration", |m, ks| {
-            ks.cluster.on_redis_slot_migration(ctx, m, subevent, data)
+            keyspace::before_slot_event(lock, m, ks).on_redis_slot_migration(ctx, m, subevent, data)
         });
     }
 }
 
 struct RedisSlotTrim;
 impl ServerEvent for RedisSlotTrim {
-    fn on(_lock: &ServerLock, ctx: Ctx, subevent: u64, data: *mut c_void) {
+    fn on(lock: &ServerLock, ctx: Ctx, subevent: u64, data: *mut c_void) {
         route(ctx, "slot trim", |m, ks| {
-            ks.cluster.on_redis_slot_trim(ctx, m, subevent, data)
+            keyspace::before_slot_event(lock, m, ks).on_redis_slot_trim(ctx, m, subevent, data)
         });
     }
 }

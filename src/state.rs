@@ -94,6 +94,9 @@ pub struct Shared {
     pub config: Config,
     /// Live index behind its operation log (see `index::live`).
     live: Live,
+    /// Whole-database operations recorded so far (flushes, swaps, slot
+    /// purges): they change keys without an event about each key.
+    bulk_ops: AtomicU64,
     /// The index's filter as its one writer, the server-lock holder,
     /// last loaded it (see [`FilterCache`]).
     filter_cache: LockedCell<FilterCache>,
@@ -161,7 +164,17 @@ pub struct NativeServing {
 impl Shared {
     /// Records a change of the keyspace (main thread or server lock held).
     pub fn push(&self, op: Op) -> u64 {
+        if !matches!(op, Op::Set(..)) {
+            self.bulk_ops.fetch_add(1, Ordering::Relaxed);
+        }
         self.live.push(op, &|maps| self.dispose_maps(maps))
+    }
+
+    /// How many whole-database operations (flush, swap, slot purge) were
+    /// recorded so far: a truth known without a read holds only while this
+    /// has not moved.
+    pub fn bulk_ops(&self) -> u64 {
+        self.bulk_ops.load(Ordering::Relaxed)
     }
 
     /// Prefetches what recording the truth of a key reads (see
@@ -376,6 +389,7 @@ impl Shared {
             named_types: NamedTypes::default(),
             latency: Latency::default(),
             index_peak: AtomicUsize::new(0),
+            bulk_ops: AtomicU64::new(0),
         }
     }
 

@@ -64,6 +64,20 @@ pub fn subscribe(ctx: Ctx, ks: &Keyspace, routes: Routes) -> Result<(), String> 
 
 /// The server's cron tick (main thread): the cluster view's refresh and
 /// the idle drop of the index.
+/// Before a slot event (migration, trim): the pending key is logged first,
+/// so that a purge of its slot, recorded next, removes it (a background
+/// trim then deletes the slot's keys without an event about each: a read
+/// after the purge would put the key back for good). Returns the cluster
+/// view the event is for.
+pub fn before_slot_event<'a>(
+    lock: &ServerLock,
+    m: &Shared,
+    ks: &'a Keyspace,
+) -> &'a cluster::ClusterView {
+    tracking::settle(lock, m, ks);
+    &ks.cluster
+}
+
 pub fn on_cron(lock: &ServerLock, ctx: Ctx, m: &'static Shared, ks: &'static Keyspace) {
     ks.cluster.on_cron(lock, ctx, m);
     match ks.idle.on_cron(lock, m, ks.backfill.progress().running) {

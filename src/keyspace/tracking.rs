@@ -58,6 +58,10 @@ struct Pending {
     /// first (the "expire" of a SET ... EX then reads it once, and the key
     /// is logged once, with its expiry) or a `Key` event deletes it.
     plain: bool,
+    /// [`Shared::bulk_ops`] when parked: a flush, swap or slot purge
+    /// recorded since (which change keys without an event about each)
+    /// turns a `plain` park into a read.
+    bulk_at: u64,
 }
 
 /// The tracking's state (a field of `keyspace::Keyspace`).
@@ -136,8 +140,9 @@ fn read_pending(
         existed,
         held,
         plain,
+        bulk_at,
     } = p;
-    if plain {
+    if plain && bulk_at == m.bulk_ops() {
         let truth = Some(Meta::plain(crate::index::meta::STRING));
         m.push_owned_truth(lock, db, (key, hash), truth, false);
         return;
@@ -354,6 +359,7 @@ pub fn on_keyspace_event(
             existed: false,
             held: None,
             plain: false,
+            bulk_at: 0,
         };
         ks.tracking.pending_new.replace(lock, Some(p));
         return;
@@ -391,6 +397,7 @@ pub fn on_keyspace_event(
                     existed: false,
                     held: None,
                     plain: true,
+                    bulk_at: m.bulk_ops(),
                 };
                 ks.tracking.pending_new.replace(lock, Some(p));
             }
@@ -405,6 +412,7 @@ pub fn on_keyspace_event(
                     existed: true,
                     held,
                     plain: false,
+                    bulk_at: 0,
                 };
                 ks.tracking.pending_new.replace(lock, Some(p));
             }
