@@ -4,7 +4,8 @@
 //! event to `keyspace::deleted`; cron to `keyspace`; replication's async
 //! load to `keyspace::replication`; slot migration and trim (Valkey 9's,
 //! Redis 8.4's) to `keyspace::cluster`; the event loop's turns to
-//! `server::expiry::LoopTurns`; the Valkey 8 command filter to
+//! `server::expiry::LoopTurns`; the post-notification job that reads a parked
+//! key (cluster mode) to `keyspace::tracking`; the Valkey 8 command filter to
 //! `keyspace::clientdb`.
 //!
 //! Each loads the `Module` once (`module::try_get`), keeps panics from
@@ -16,8 +17,8 @@ use crate::keyspace::{self, deleted, replication, tracking, Keyspace};
 use crate::module::{self, Module};
 use crate::server::clientdb::FilterCall;
 use crate::server::entry::{
-    command_filter, guarded, keyspace_event, server_event, CommandFilter, KeyspaceEvent,
-    ServerEvent,
+    command_filter, guarded, keyspace_event, post_job, server_event, CommandFilter, KeyspaceEvent,
+    PostJob, ServerEvent,
 };
 use crate::server::locked::ServerLock;
 use crate::server::subscribe::Routes;
@@ -39,6 +40,7 @@ pub const ROUTES: Routes = Routes {
     key_unlinked: Some(server_event::<KeyUnlinked>),
     loop_turn: Some(server_event::<LoopTurn>),
     client_db_filter: Some(command_filter::<ClientDbFilter>),
+    settle_job: Some(post_job::<SettleJob>),
 };
 
 /// Hands the `Module` and its `Keyspace` to `f`, a panic in it logged as
@@ -64,6 +66,15 @@ impl KeyspaceEvent for Notification {
     ) {
         route(ctx, "keyspace event", |m, ks| {
             tracking::on_keyspace_event(lock, ctx, ty, ev, key, m, ks)
+        });
+    }
+}
+
+struct SettleJob;
+impl PostJob for SettleJob {
+    fn run(lock: &ServerLock, ctx: Ctx) {
+        route(ctx, "settle job", |m, ks| {
+            tracking::on_settle_job(lock, m, ks)
         });
     }
 }

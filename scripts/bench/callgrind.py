@@ -101,7 +101,7 @@ def labels_for(paths):
 class Callgrind:
     """A server under callgrind, and its dumps."""
 
-    def __init__(self, binary, tmp, label, load):
+    def __init__(self, binary, tmp, label, load, cluster=False):
         self.label = label
         self.out = Path(tmp) / f"cg-{label}"
         self.out.mkdir(parents=True, exist_ok=True)
@@ -110,9 +110,24 @@ class Callgrind:
         # activerehashing no: the keyspace's tables rehash only as commands touch
         # them, not in serverCron by the millisecond, so a command's work does not
         # depend on how fast the server ran under valgrind.
+        config = {"activerehashing": "no"}
+        if cluster:
+            # A one-node cluster owning every slot (the server looks keys up
+            # per slot, and snapscan reads a parked key by the end of its
+            # command: issue 24).
+            config.update({"cluster-enabled": "yes", "cluster-config-file": f"nodes-{label}.conf",
+                           # the default bus port (port + 10000) may not exist
+                           "cluster-port": lib.free_port()})
         self.s = Server(binary, tmp, module=False, load=load, label=label, prefix=prefix,
-                        config={"activerehashing": "no"}, start_timeout=180)
+                        config=config, start_timeout=180)
         self.s.start()
+        if cluster:
+            self.s.r.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
+            deadline = time.time() + 120
+            while self.s.r.execute_command("CLUSTER", "INFO").find("cluster_state:ok") < 0:
+                if time.time() > deadline:
+                    raise RuntimeError(f"{label}: the one-node cluster is not ok after 120 s")
+                time.sleep(0.1)
         self.dumps = 0
 
     def control(self, *args):
@@ -202,7 +217,7 @@ def measure(cg, what, n, run, settle, keep):
 def run_arm(args, binary, tmp, sc, label, load, is_snapscan, keep):
     log(f"\n== {label}: {load or 'no module'}")
     t0 = time.time()
-    cg = Callgrind(binary, tmp, label, load)
+    cg = Callgrind(binary, tmp, label, load, cluster=args.cluster)
     s = cg.s
     figs, selfs = {}, {}
     try:
@@ -332,6 +347,8 @@ def main():
                     help="full SNAPSHOT.SCAN iterations (default 3)")
     ap.add_argument("--no-baselines", action="store_true", help="skip the none and noop arms")
     ap.add_argument("--diff-threshold", type=float, default=1.02)
+    ap.add_argument("--cluster", action="store_true",
+                    help="every server a one-node cluster owning every slot")
     ap.add_argument("--tmp", default="")
     a = ap.parse_args()
     mods = [str(Path(m).resolve()) for m in a.modules]
@@ -355,7 +372,8 @@ def main():
     binary = lib.server_binary(a.server)
     ver = subprocess.run([binary, "--version"], capture_output=True, text=True,
                          timeout=30).stdout.strip().split(" sha=")[0]
-    log(f"callgrind: run {run_id}, server {a.server} ({ver}), {a.keys:,} keys, {a.count:,} "
+    log(f"callgrind: run {run_id}, server {a.server} ({ver}"
+        f"{', one-node cluster' if a.cluster else ''}), {a.keys:,} keys, {a.count:,} "
         f"commands per write workload, {a.iterations} full iterations and {a.scan_calls} "
         f"SNAPSHOT.SCAN 0 calls (COUNT 1000); load average {' '.join(lib.loadavg())}")
     for lab, m in zip(labels, mods):

@@ -5,8 +5,9 @@
 #
 #   scripts/bench/callgrind.sh OLD.so NEW.so [MORE.so ...] [--labels A,B]
 #        [--server NAME] [--keys N] [--count N] [--iterations N] [--scan-calls N]
-#        [--no-baselines] [--diff-threshold X]
+#        [--no-baselines] [--diff-threshold X] [--cluster]
 #
+# --cluster: every server a one-node cluster owning every slot.
 # The first build is the reference; ratios are each build over it and over the
 # no-op subscriber. About 3-4 minutes for two builds with the defaults on the
 # 2-core VM. Needs valgrind (callgrind_control, callgrind_annotate), a C

@@ -57,7 +57,10 @@ pub struct Keyspace {
 /// Subscribes the router's callbacks to notifications and server events
 /// (OnLoad), once the tracking can read keys.
 pub fn subscribe(ctx: Ctx, ks: &Keyspace, routes: Routes) -> Result<(), String> {
-    ks.tracking.init()?;
+    // Cluster mode where keys are looked up per slot: pending keys are
+    // read within their execution unit (tracking::park).
+    let per_unit = crate::server::host::cluster_mode(ctx) && ks.subscriptions.has_post_jobs();
+    ks.tracking.init(per_unit)?;
     let asm = cluster::module_options(ctx) != 0;
     ks.subscriptions.subscribe(ctx, routes, asm)
 }

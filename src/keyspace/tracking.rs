@@ -24,7 +24,7 @@ use crate::server::{self, keys, Ctx};
 use crate::state::Shared;
 use redis_module::raw;
 use std::os::raw::{c_char, c_int, c_void};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 /// A key whose "new" event was seen but not yet read: the command that
@@ -74,14 +74,22 @@ pub struct Tracking {
     probe: Mutex<Option<Detached>>,
     /// See [`Pending`].
     pending_new: LockedCell<Option<Pending>>,
+    /// Cluster mode on a server with per-slot dictionaries and
+    /// post-notification jobs: a pending key is read by the end of the
+    /// execution unit that parked it (see [`park`]). Set at OnLoad.
+    per_unit: AtomicBool,
+    /// A settle job is scheduled (see [`on_settle_job`]).
+    job: LockedCell<bool>,
 }
 
 impl Tracking {
     /// Makes the context that reads pending keys and keys of MOVE/COPY in
     /// any database (OnLoad).
-    pub fn init(&self) -> Result<(), String> {
+    /// `per_unit`: see the field.
+    pub fn init(&self, per_unit: bool) -> Result<(), String> {
         let probe = Detached::new().ok_or("no thread-safe context")?;
         *self.probe.lock().unwrap_or_else(|e| e.into_inner()) = Some(probe);
+        self.per_unit.store(per_unit, Ordering::Relaxed);
         Ok(())
     }
 
@@ -112,6 +120,44 @@ pub fn settle(lock: &ServerLock, m: &Shared, ks: &super::Keyspace) {
     if let Some(p) = t.pending_new.take(lock) {
         read_pending(lock, m, t, p, None);
     }
+}
+
+/// The settle job (cluster mode): the execution unit that parked the
+/// pending key has ended, so the key is read now, while no command's slot
+/// stands for the key's (see [`park`]).
+pub fn on_settle_job(lock: &ServerLock, m: &Shared, ks: &super::Keyspace) {
+    ks.tracking.job.replace(lock, false);
+    settle(lock, m, ks);
+}
+
+/// Parks `p` as the pending key. In cluster mode (`per_unit`) a key may be
+/// read only while the running command's slot is the key's own: servers
+/// with per-slot dictionaries look a key up in the slot of the command
+/// being executed, not the key's (`getKeySlot`), so a key parked by one
+/// command and read during another command on another slot would be
+/// missed, and logged as deleted. There the key is read by the end of the
+/// execution unit that parked it, by a post-notification job (which runs
+/// after the command, when no slot stands for the key's); when the server
+/// refuses the job (loading, a read-only replica), or a key of another slot
+/// already waits for its job, the key is read now.
+fn park(lock: &ServerLock, m: &Shared, ks: &super::Keyspace, ctx: Ctx, p: Pending) {
+    let t = &ks.tracking;
+    if t.per_unit.load(Ordering::Relaxed) {
+        if let Some(other) = t.pending_new.take(lock) {
+            // Kept by `claim_pending`: another slot's key, its job pending.
+            t.pending_new.replace(lock, Some(other));
+            let db = server::selected_db(ctx);
+            return read_pending(lock, m, t, p, Some((ctx, db)));
+        }
+        if !t.job.get(lock) {
+            if !ks.subscriptions.add_settle_job(ctx) {
+                let db = server::selected_db(ctx);
+                return read_pending(lock, m, t, p, Some((ctx, db)));
+            }
+            t.job.replace(lock, true);
+        }
+    }
+    t.pending_new.replace(lock, Some(p));
 }
 
 /// Reads the pending key, if any, in every database (FlushDB and SwapDB
@@ -188,17 +234,33 @@ struct Claim {
     existed: bool,
 }
 
+/// Whether a notification of this name may come from a command acting on
+/// another database than its client's (MOVE and COPY ... DB: "new",
+/// "move_to", "copy_to" in the destination, and the lazy expiry of the
+/// destination key). On Valkey 9.1 the context of such an event inside
+/// EXEC (the transaction's own client, flagged MULTI) reads the event's
+/// database while `GetSelectedDb` answers the transaction's database: the
+/// pending key must not be read through it.
+fn maybe_other_db(event: &[u8]) -> bool {
+    matches!(
+        event,
+        b"new" | b"move_to" | b"copy_to" | b"del" | b"expired" | b"evicted"
+    )
+}
+
 /// Takes the pending key. If it is `name` in `db` (whose event is about to
 /// read it anyway), returns it with its hash and whether it existed before
 /// the command that fired the event. Otherwise reads the pending key in its
-/// database, and returns `name`'s hash, its filter block and recent-truth
-/// slot prefetched (see [`Shared::prefetch_truth`]).
+/// database (through the event's context only when `event` cannot come
+/// from another database, see [`maybe_other_db`]), and returns `name`'s
+/// hash, its filter block and recent-truth slot prefetched (see
+/// [`Shared::prefetch_truth`]).
 fn claim_pending(
     lock: &ServerLock,
     m: &Shared,
     t: &Tracking,
     (ctx, db): (Ctx, usize),
-    name: &[u8],
+    (name, event): (&[u8], &[u8]),
 ) -> Claim {
     let Some(p) = t.pending_new.take(lock) else {
         return Claim {
@@ -215,7 +277,21 @@ fn claim_pending(
         };
     }
     let hash = m.prefetch_truth(db, name);
-    read_pending(lock, m, t, p, Some((ctx, db)));
+    if t.per_unit.load(Ordering::Relaxed)
+        && crate::slot::key_slot(p.key.as_bytes()) != crate::slot::key_slot(name)
+    {
+        // Another slot's key (a cross-slot script, a module's calls): the
+        // running command's slot may stand for `name`'s, so the pending
+        // key is left to its job (see `park`).
+        t.pending_new.replace(lock, Some(p));
+        return Claim {
+            key: None,
+            hash,
+            existed: true,
+        };
+    }
+    let here = (!maybe_other_db(event)).then_some((ctx, db));
+    read_pending(lock, m, t, p, here);
     Claim {
         key: None,
         hash,
@@ -348,7 +424,7 @@ pub fn on_keyspace_event(
         key: owned,
         hash,
         existed,
-    } = claim_pending(lock, m, &ks.tracking, (ctx, db), name);
+    } = claim_pending(lock, m, &ks.tracking, (ctx, db), (name, event));
     if new {
         m.watches.bump(db, name);
         let key = owned.unwrap_or_else(|| Key::new(name));
@@ -361,8 +437,7 @@ pub fn on_keyspace_event(
             plain: false,
             bulk_at: 0,
         };
-        ks.tracking.pending_new.replace(lock, Some(p));
-        return;
+        return park(lock, m, ks, ctx, p);
     }
     if matches!(event, b"move_from" | b"move_to" | b"copy_to") {
         // Fired from the caller's database on some servers: any copy of
@@ -399,7 +474,7 @@ pub fn on_keyspace_event(
                     plain: true,
                     bulk_at: m.bulk_ops(),
                 };
-                ks.tracking.pending_new.replace(lock, Some(p));
+                park(lock, m, ks, ctx, p);
             }
             _ if m.skip_if_plain_h(lock, hash) => {}
             k => {
@@ -414,7 +489,7 @@ pub fn on_keyspace_event(
                     plain: false,
                     bulk_at: 0,
                 };
-                ks.tracking.pending_new.replace(lock, Some(p));
+                park(lock, m, ks, ctx, p);
             }
         },
         _ => {

@@ -53,6 +53,19 @@ pub extern "C" fn server_event<E: ServerEvent>(
     E::on(&lock, ctx, subevent, data);
 }
 
+/// A post-notification job (see [`post_job`]).
+pub trait PostJob {
+    fn run(lock: &ServerLock, ctx: Ctx);
+}
+
+/// The post-notification job callback of `J` (`RedisModule_AddPostNotificationJob`).
+pub extern "C" fn post_job<J: PostJob>(ctx: *mut raw::RedisModuleCtx, _pd: *mut c_void) {
+    // SAFETY: the server runs post-notification jobs on its main thread, at
+    // the end of the execution unit that added them, holding its lock.
+    let lock = unsafe { ServerLock::new_unchecked() };
+    J::run(&lock, ctx);
+}
+
 /// A command handler (see [`command`]).
 pub trait Command {
     fn call(

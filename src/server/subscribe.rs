@@ -15,6 +15,9 @@ use std::sync::OnceLock;
 /// A server event callback (the router's `entry::server_event::<E>`).
 pub type EventCallback = raw::RedisModuleEventCallback;
 
+/// A post-notification job callback (the router's `entry::post_job::<J>`).
+pub type JobCallback = raw::RedisModulePostNotificationJobFunc;
+
 /// The router's callbacks (`events::ROUTES`), one per subscription.
 #[derive(Clone, Copy)]
 pub struct Routes {
@@ -30,6 +33,9 @@ pub struct Routes {
     pub key_unlinked: EventCallback,
     pub loop_turn: EventCallback,
     pub client_db_filter: raw::RedisModuleCommandFilterFunc,
+    /// Reads the pending key at the end of the execution unit that parked
+    /// it (cluster mode: `keyspace::tracking`).
+    pub settle_job: JobCallback,
 }
 
 /// The module's subscriptions (a field of `keyspace::Keyspace`): the
@@ -161,6 +167,32 @@ impl Subscriptions {
         if server_event(ctx, raw::REDISMODULE_EVENT_EVENTLOOP, routes.loop_turn) != Some(true) {
             log(ctx, "notice", "snapscan: no event loop event here");
         }
+    }
+
+    /// Whether this server runs post-notification jobs (Redis 7.2+,
+    /// Valkey).
+    pub fn has_post_jobs(&self) -> bool {
+        api!(RedisModule_AddPostNotificationJob).is_some()
+    }
+
+    /// Asks the server to run the router's settle job at the end of the
+    /// running execution unit (a notification callback's `ctx`); false if
+    /// it refuses (while loading, on a read-only replica) or has no such
+    /// API.
+    #[allow(
+        clippy::not_unsafe_ptr_arg_deref,
+        reason = "ctx is the live context of the running notification callback (server lock held)"
+    )]
+    pub fn add_settle_job(&self, ctx: Ctx) -> bool {
+        let (Some(add), Some(routes)) =
+            (api!(RedisModule_AddPostNotificationJob), self.routes.get())
+        else {
+            return false;
+        };
+        // SAFETY: ctx is the running callback's context; the job carries no
+        // private data (NULL, no free function).
+        let rc = unsafe { add(ctx, routes.settle_job, std::ptr::null_mut(), None) };
+        rc == raw::REDISMODULE_OK as c_int
     }
 }
 

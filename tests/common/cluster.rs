@@ -188,6 +188,7 @@ impl Cluster {
         ClusterClient {
             ports: self.nodes.iter().map(|n| n.port()).collect(),
             cons: HashMap::new(),
+            last_port: 0,
         }
     }
 
@@ -385,6 +386,8 @@ pub fn heavy_on(test: &str, servers: &[&str]) -> bool {
 pub struct ClusterClient {
     ports: Vec<u16>,
     cons: HashMap<u16, Connection>,
+    /// The node that answered the last [`ClusterClient::run`].
+    last_port: u16,
 }
 
 impl ClusterClient {
@@ -415,7 +418,10 @@ impl ClusterClient {
                 cmd.arg(*a);
             }
             match cmd.query::<Value>(con) {
-                Ok(v) => return Ok(v),
+                Ok(v) => {
+                    self.last_port = port;
+                    return Ok(v);
+                }
                 Err(e) => {
                     let code = e.code().unwrap_or("").to_string();
                     let target = e
@@ -440,6 +446,24 @@ impl ClusterClient {
             }
         }
         Err(last.expect("a redirection"))
+    }
+
+    /// Runs `cmds` (all on `key`'s slot) as one MULTI/EXEC on the node that
+    /// serves `key` now (found with a `TYPE key` that follows redirections):
+    /// the EXEC reply, or the error (a slot being migrated may refuse it).
+    pub fn run_atomic(&mut self, key: &[u8], cmds: &[Vec<Vec<u8>>]) -> RedisResult<Value> {
+        self.run(key, &[b"TYPE", key])?;
+        let port = self.last_port;
+        let mut p = redis::pipe();
+        p.atomic();
+        for c in cmds {
+            let mut cmd = redis::cmd(&String::from_utf8_lossy(&c[0]));
+            for a in &c[1..] {
+                cmd.arg(a.as_slice());
+            }
+            p.add_command(cmd);
+        }
+        p.query::<Value>(self.con(port))
     }
 
     pub fn set(&mut self, key: &str, value: &str) {
@@ -527,4 +551,138 @@ pub fn keys_in_slot(slot: u16, count: usize) -> Vec<String> {
 /// Whether the server has `CLUSTER MIGRATESLOTS` (Valkey 9+).
 pub fn has_atomic_slot_migration(s: &Server) -> bool {
     s.is_valkey() && s.version().0 >= 9
+}
+
+/// The server's atomic slot migration, driven the same way on both.
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub enum Asm {
+    /// Redis 8.4+: the target runs `CLUSTER MIGRATION IMPORT`; the source
+    /// sends the slots' snapshot from a child, slowed by
+    /// `rdb-key-save-delay` (per key).
+    Redis,
+    /// Valkey 9+: the source runs `CLUSTER MIGRATESLOTS`; `DEBUG
+    /// SLOTMIGRATION PREVENT-PAUSE` holds it before its last step.
+    Valkey,
+}
+
+impl Asm {
+    pub fn detect() -> Option<Asm> {
+        let probe = Server::start_with(ServerOpts::without_module());
+        let (major, minor, _) = probe.version();
+        if probe.is_valkey() {
+            (major >= 9).then_some(Asm::Valkey)
+        } else {
+            (major > 8 || (major == 8 && minor >= 4)).then_some(Asm::Redis)
+        }
+    }
+
+    /// Holds (`on`) or releases the next migration out of `src` before it
+    /// completes. Redis: slows the source's snapshot (the child keeps the
+    /// delay it was forked with).
+    pub fn hold(self, src: &Server, on: bool) {
+        let mut c = src.client();
+        let _: () = match self {
+            Asm::Redis => query(
+                &mut c,
+                &[
+                    "CONFIG",
+                    "SET",
+                    "rdb-key-save-delay",
+                    if on { "2000" } else { "0" },
+                ],
+            ),
+            Asm::Valkey => query(
+                &mut c,
+                &[
+                    "DEBUG",
+                    "SLOTMIGRATION",
+                    "PREVENT-PAUSE",
+                    if on { "1" } else { "0" },
+                ],
+            ),
+        }
+        .expect("hold the migration");
+    }
+
+    /// Starts moving slots `a..=b` from node `from` to node `to`.
+    pub fn start(self, c: &Cluster, from: usize, to: usize, a: u16, b: u16) {
+        let (a, b) = (a.to_string(), b.to_string());
+        let _: Value = match self {
+            Asm::Redis => query(
+                &mut c.nodes[to].client(),
+                &["CLUSTER", "MIGRATION", "IMPORT", &a, &b],
+            ),
+            Asm::Valkey => query(
+                &mut c.nodes[from].client(),
+                &[
+                    "CLUSTER",
+                    "MIGRATESLOTS",
+                    "SLOTSRANGE",
+                    &a,
+                    &b,
+                    "NODE",
+                    c.id(to),
+                ],
+            ),
+        }
+        .expect("the migration starts with snapscan loaded");
+    }
+
+    /// Cancels the migration (on the node that started it).
+    pub fn cancel(self, c: &Cluster, from: usize, to: usize) {
+        let _: Value = match self {
+            Asm::Redis => query(
+                &mut c.nodes[to].client(),
+                &["CLUSTER", "MIGRATION", "CANCEL", "ALL"],
+            ),
+            Asm::Valkey => query(
+                &mut c.nodes[from].client(),
+                &["CLUSTER", "CANCELSLOTMIGRATIONS"],
+            ),
+        }
+        .expect("cancel");
+    }
+
+    /// The states of the migrations of `range` ("a-b") that `node` lists.
+    pub fn states(self, node: &Server, range: &str) -> Vec<String> {
+        let mut c = node.client();
+        let reply: Vec<Value> = match self {
+            Asm::Redis => query(&mut c, &["CLUSTER", "MIGRATION", "STATUS", "ALL"]),
+            Asm::Valkey => query(&mut c, &["CLUSTER", "GETSLOTMIGRATIONS"]),
+        }
+        .expect("migration status");
+        let (slots_field, state_field) = match self {
+            Asm::Redis => ("slots", "state"),
+            Asm::Valkey => ("slot_ranges", "state"),
+        };
+        reply
+            .into_iter()
+            .map(reply_fields)
+            .filter(|m| m.get(slots_field).map(String::as_str) == Some(range))
+            .filter_map(|m| m.get(state_field).cloned())
+            .collect()
+    }
+
+    pub fn done_state(self) -> &'static str {
+        match self {
+            Asm::Redis => "completed",
+            Asm::Valkey => "success",
+        }
+    }
+
+    /// Polls `node` (no sleep) until one of its migrations of `range` is in
+    /// one of `states`.
+    pub fn wait(self, node: &Server, range: &str, states: &[&str]) {
+        let deadline = Instant::now() + TOPOLOGY_TIMEOUT;
+        loop {
+            let now = self.states(node, range);
+            if now.iter().any(|s| states.contains(&s.as_str())) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "migration {range} not in {states:?}: {now:?}"
+            );
+        }
+    }
 }

@@ -1,0 +1,206 @@
+//! Topology changes under writes: in a 3-node cluster, a slot resharded
+//! the classic way (SETSLOT IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE),
+//! by atomic slot migration (Valkey 9 MIGRATESLOTS, Redis 8.4+ CLUSTER
+//! MIGRATION), or an atomic import cancelled halfway; a replica failed
+//! over. Each carries the writes made while it runs, so a replay has them.
+
+use crate::common::cluster::*;
+use crate::common::*;
+use crate::gen::{Gen, TAGS};
+use crate::step::Cmd;
+use crate::target::{Mode, Target};
+use redis::Value;
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Kind {
+    Reshard,
+    Atomic,
+    CancelledImport,
+    Failover,
+}
+
+/// A topology change: what, which slot, from and to which node, and the
+/// writes made at each of its stages.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Op {
+    pub kind: Kind,
+    pub slot: u16,
+    pub from: usize,
+    pub to: usize,
+    pub writes: Vec<Vec<Cmd>>,
+}
+
+/// Steps since the last change.
+#[derive(Default)]
+pub struct State {
+    since: u64,
+}
+
+/// Every this many steps, a change (where the mode has them).
+const EVERY: u64 = 150;
+
+/// Maybe a topology change now.
+pub fn maybe(t: &Target, g: &mut Gen, st: &mut State) -> Option<Op> {
+    st.since += 1;
+    if st.since < EVERY {
+        return None;
+    }
+    st.since = 0;
+    match t.mode {
+        Mode::Replica => Some(Op {
+            kind: Kind::Failover,
+            slot: 0,
+            from: 0,
+            to: 0,
+            writes: vec![],
+        }),
+        Mode::ClusterThree => {
+            let c = t.cluster()?;
+            let tag = g.rng.below(TAGS);
+            let slot = key_slot(format!("t{tag}").as_bytes());
+            let from = c.owner(slot);
+            let to = (from + 1 + g.rng.below(2) as usize) % 3;
+            let kind = match (t.asm.is_some(), g.rng.below(3)) {
+                (true, 0) => Kind::Atomic,
+                (true, 1) => Kind::CancelledImport,
+                _ => Kind::Reshard,
+            };
+            // Writes at each stage, on the moving slot's tag mostly.
+            let writes = (0..6)
+                .map(|_| {
+                    (0..(2 + g.rng.below(6)))
+                        .map(|_| {
+                            let w = g.write(crate::now_ms());
+                            if g.rng.chance(2, 3) {
+                                let k = format!("{{t{tag}}}:k{}", g.rng.below(8)).into_bytes();
+                                w.rekey(&k)
+                            } else {
+                                w
+                            }
+                        })
+                        .collect()
+                })
+                .collect();
+            Some(Op {
+                kind,
+                slot,
+                from,
+                to,
+                writes,
+            })
+        }
+        _ => None,
+    }
+}
+
+fn write_stage(t: &mut Target, op: &Op, i: usize) {
+    for w in op.writes.get(i).into_iter().flatten() {
+        let _ = t.exec(w);
+    }
+}
+
+fn q(s: &Server, args: &[&str]) -> redis::RedisResult<Value> {
+    query(&mut s.client(), args)
+}
+
+/// Runs `op`, its writes interleaved; returns once the cluster is stable.
+pub fn run(t: &mut Target, op: &Op) {
+    match op.kind {
+        Kind::Failover => t.failover(),
+        Kind::Reshard => reshard(t, op),
+        Kind::Atomic | Kind::CancelledImport => atomic(t, op),
+    }
+    if let Some(c) = t.cluster() {
+        c.wait_stable();
+    }
+}
+
+fn reshard(t: &mut Target, op: &Op) {
+    let slot = op.slot.to_string();
+    let (from_id, to_id, to_port) = {
+        let c = t.cluster().expect("a cluster");
+        (
+            c.id(op.from).to_string(),
+            c.id(op.to).to_string(),
+            c.nodes[op.to].port().to_string(),
+        )
+    };
+    {
+        let c = t.cluster().expect("a cluster");
+        q(
+            &c.nodes[op.to],
+            &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id],
+        )
+        .expect("IMPORTING");
+        q(
+            &c.nodes[op.from],
+            &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id],
+        )
+        .expect("MIGRATING");
+    }
+    write_stage(t, op, 0);
+    for round in 0..200 {
+        let keys: Vec<Vec<u8>> = {
+            let c = t.cluster().expect("a cluster");
+            query(
+                &mut c.nodes[op.from].client(),
+                &["CLUSTER", "GETKEYSINSLOT", &slot, "3"],
+            )
+            .expect("GETKEYSINSLOT")
+        };
+        if keys.is_empty() {
+            break;
+        }
+        {
+            let c = t.cluster().expect("a cluster");
+            let mut cmd = redis::cmd("MIGRATE");
+            cmd.arg("127.0.0.1")
+                .arg(&to_port)
+                .arg("")
+                .arg(0)
+                .arg(5000)
+                .arg("REPLACE")
+                .arg("KEYS");
+            for k in &keys {
+                cmd.arg(k.as_slice());
+            }
+            let _: redis::RedisResult<Value> = cmd.query(&mut c.nodes[op.from].client());
+        }
+        write_stage(t, op, 1 + round % 4);
+    }
+    let c = t.cluster().expect("a cluster");
+    for n in [op.to, op.from, 3 - op.to - op.from] {
+        q(&c.nodes[n], &["CLUSTER", "SETSLOT", &slot, "NODE", &to_id]).expect("SETSLOT NODE");
+    }
+    write_stage(t, op, 5);
+}
+
+fn atomic(t: &mut Target, op: &Op) {
+    let asm = t.asm.expect("atomic slot migration");
+    let range = format!("{}-{}", op.slot, op.slot);
+    let cancel = op.kind == Kind::CancelledImport;
+    {
+        let c = t.cluster().expect("a cluster");
+        if cancel {
+            asm.hold(&c.nodes[op.from], true);
+        }
+        asm.start(c, op.from, op.to, op.slot, op.slot);
+    }
+    for i in 0..5 {
+        write_stage(t, op, i);
+    }
+    let c = t.cluster().expect("a cluster");
+    if cancel {
+        asm.cancel(c, op.from, op.to);
+        asm.wait(
+            &c.nodes[op.to],
+            &range,
+            &["canceled", "cancelled", "failed"],
+        );
+        asm.hold(&c.nodes[op.from], false);
+    } else {
+        asm.wait(&c.nodes[op.to], &range, &[asm.done_state()]);
+        asm.wait(&c.nodes[op.from], &range, &[asm.done_state()]);
+    }
+    write_stage(t, op, 5);
+}
