@@ -12,8 +12,11 @@
 //!   ranges are swapped; `]` right after `[` (or `[^`) closes an empty set; a range end may be
 //!   `]` or `\` (`[a-]` is the range `]`..`a`, and the set goes on); an unterminated set ends at
 //!   the end of the pattern (`[^` matches any byte, `[` matches nothing).
-//! * Range bounds compare as C `char`, which is signed on x86-64: bytes >= 0x80 are negative,
-//!   so `[a-\xff]` is -1..=97 (0xff, 0x00..=0x61) and `[\x7f-\x80]` matches every byte.
+//! * Range bounds compare as C `char`, whose sign is the target's: signed on x86-64, where
+//!   bytes >= 0x80 are negative, so `[a-\xff]` is -1..=97 (0xff, 0x00..=0x61) and
+//!   `[\x7f-\x80]` matches every byte; unsigned on aarch64 Linux (Graviton, Ampere), where
+//!   `[a-\xff]` is 97..=255 and `[\x7f-\x80]` is 0x7f..=0x80. The module matches as the server
+//!   it is loaded in was built: for the target it was built for ([`CHAR_SIGNED`]).
 //! * The C code reads the NUL terminator one past the pattern end; out-of-range pattern bytes
 //!   read as 0 here (never observable: 0 is only compared against `*`, `^`, `-`, `]`).
 //! * Nesting limit: each `*` recursion adds one level and a level above 1000 fails, so the
@@ -29,10 +32,24 @@ fn byte_at(p: &[u8], i: usize) -> u8 {
     p.get(i).copied().unwrap_or(0)
 }
 
-/// A byte as a (signed, x86-64) C `char` promoted to `int`.
+/// Whether C `char` is signed on the target (x86-64: yes; aarch64 Linux: no), as for the
+/// server built for it.
+pub const CHAR_SIGNED: bool = std::os::raw::c_char::MIN != 0;
+
+/// A byte as a C `char` promoted to `int`, signed or not.
 #[inline]
-fn c_char(b: u8) -> i32 {
-    i32::from(b as i8)
+fn c_char(b: u8, signed: bool) -> i32 {
+    if signed {
+        i32::from(b as i8)
+    } else {
+        i32::from(b)
+    }
+}
+
+/// The state of one match: the server's `skipLongerMatches`, and the sign of `char`.
+struct Walk {
+    skip_longer: bool,
+    signed: bool,
 }
 
 /// True when `string` is accepted by `MATCH pattern` of SCAN/HSCAN/SSCAN/ZSCAN and by
@@ -45,8 +62,16 @@ pub fn matches(pattern: &[u8], string: &[u8]) -> bool {
 /// Exactly the server's `stringmatchlen(pattern, string, nocase=0)`, without the
 /// commands' `*` shortcut: `stringmatchlen(b"*", b"")` is false.
 pub fn stringmatchlen(pattern: &[u8], string: &[u8]) -> bool {
-    let mut skip_longer = false;
-    match_from(pattern, 0, string, 0, &mut skip_longer, 0)
+    stringmatchlen_char(pattern, string, CHAR_SIGNED)
+}
+
+/// [`stringmatchlen`] as built for a target whose C `char` is `signed` or not.
+pub fn stringmatchlen_char(pattern: &[u8], string: &[u8], signed: bool) -> bool {
+    let mut w = Walk {
+        skip_longer: false,
+        signed,
+    };
+    match_from(pattern, 0, string, 0, &mut w, 0)
 }
 
 /// `stringmatchlen_impl` on `p[pi..]` / `s[si..]`. Invariant: `pi <= p.len()`, `si <= s.len()`.
@@ -55,7 +80,7 @@ fn match_from(
     mut pi: usize,
     s: &[u8],
     mut si: usize,
-    skip_longer: &mut bool,
+    w: &mut Walk,
     nesting: u32,
 ) -> bool {
     if nesting > MAX_NESTING {
@@ -71,21 +96,21 @@ fn match_from(
                     return true; // trailing `*` eats the rest
                 }
                 while si < s.len() {
-                    if match_from(p, pi + 1, s, si, skip_longer, nesting + 1) {
+                    if match_from(p, pi + 1, s, si, w, nesting + 1) {
                         return true;
                     }
-                    if *skip_longer {
+                    if w.skip_longer {
                         return false;
                     }
                     si += 1;
                 }
                 // The rest failed at every later offset: longer matches of earlier `*`s
                 // cannot help either (the server's `skipLongerMatches`).
-                *skip_longer = true;
+                w.skip_longer = true;
                 return false;
             }
             b'?' => {}
-            b'[' => match match_set(p, pi + 1, s[si]) {
+            b'[' => match match_set(p, pi + 1, s[si], w.signed) {
                 (end, true) => pi = end,
                 (_, false) => return false,
             },
@@ -118,7 +143,7 @@ fn match_from(
 /// Evaluates the set whose body starts at `pi` (just after its `[`, so `pi >= 1`) against `c`.
 /// Returns the index of the set's last byte (its `]`, or the pattern's last byte when the set
 /// is unterminated) and whether `c` is accepted.
-fn match_set(p: &[u8], mut pi: usize, c: u8) -> (usize, bool) {
+fn match_set(p: &[u8], mut pi: usize, c: u8, signed: bool) -> (usize, bool) {
     let negate = byte_at(p, pi) == b'^';
     if negate {
         pi += 1;
@@ -135,9 +160,9 @@ fn match_set(p: &[u8], mut pi: usize, c: u8) -> (usize, bool) {
         } else if p[pi] == b']' {
             break;
         } else if rem >= 3 && p[pi + 1] == b'-' {
-            let (a, b) = (c_char(p[pi]), c_char(p[pi + 2]));
+            let (a, b) = (c_char(p[pi], signed), c_char(p[pi + 2], signed));
             let (lo, hi) = if a > b { (b, a) } else { (a, b) };
-            hit |= (lo..=hi).contains(&c_char(c));
+            hit |= (lo..=hi).contains(&c_char(c, signed));
             pi += 2;
         } else {
             hit |= p[pi] == c;
@@ -320,24 +345,58 @@ mod tests {
     #[case(b"\xff*", b"\xff\xfe", true)]
     #[case(b"[\xff]", b"\xff", true)]
     #[case(b"[^\xff]", b"\xfe", true)]
-    // signed `char` ranges
-    #[case(b"[\x80-\xff]", b"\x80", true)]
-    #[case(b"[\x80-\xff]", b"\xff", true)]
-    #[case(b"[\x80-\xff]", b"a", false)]
-    #[case(b"[a-\xff]", b"\xff", true)] // -1..=97
-    #[case(b"[a-\xff]", b"\x00", true)]
-    #[case(b"[a-\xff]", b"A", true)]
-    #[case(b"[a-\xff]", b"\x80", false)]
-    #[case(b"[a-\xff]", b"b", false)]
-    #[case(b"[\x00-\x7f]", b"\x80", false)]
-    #[case(b"[\x01-\xff]", b"\x00", true)] // -1..=1
-    #[case(b"[\x01-\xff]", b"\x02", false)]
-    #[case(b"[\x7f-\x80]", b"z", true)] // -128..=127: everything
-    #[case(b"[\x7f-\x80]", b"\xc3", true)]
-    #[case(b"[^\x7f-\x80]", b"\x00", false)]
     fn matches_like_server(#[case] pattern: &[u8], #[case] string: &[u8], #[case] want: bool) {
         assert_eq!(matches(pattern, string), want);
         assert_eq!(reference(pattern, string), want, "oracle disagrees");
+    }
+
+    /// Range bounds as C `char`: signed (x86-64) and unsigned (aarch64 Linux) targets.
+    #[rstest]
+    #[case(b"[\x80-\xff]", b"\x80", true, true)]
+    #[case(b"[\x80-\xff]", b"\xff", true, true)]
+    #[case(b"[\x80-\xff]", b"a", false, false)]
+    #[case(b"[a-\xff]", b"\xff", true, true)] // signed -1..=97, unsigned 97..=255
+    #[case(b"[a-\xff]", b"\x00", true, false)]
+    #[case(b"[a-\xff]", b"A", true, false)]
+    #[case(b"[a-\xff]", b"\x80", false, true)]
+    #[case(b"[a-\xff]", b"b", false, true)]
+    #[case(b"[a-\xff]", b"a", true, true)]
+    #[case(b"[\x00-\x7f]", b"\x80", false, false)]
+    #[case(b"[\x01-\xff]", b"\x00", true, false)] // signed -1..=1, unsigned 1..=255
+    #[case(b"[\x01-\xff]", b"\x02", false, true)]
+    #[case(b"[\x7f-\x80]", b"z", true, false)] // signed -128..=127: everything
+    #[case(b"[\x7f-\x80]", b"\xc3", true, false)]
+    #[case(b"[\x7f-\x80]", b"\x80", true, true)]
+    #[case(b"[^\x7f-\x80]", b"\x00", false, true)]
+    #[case(b"[\xff-a]", b"\x90", false, true)] // reversed: swapped either way
+    fn ranges_compare_as_the_targets_char(
+        #[case] pattern: &[u8],
+        #[case] string: &[u8],
+        #[case] signed: bool,
+        #[case] unsigned: bool,
+    ) {
+        assert_eq!(
+            stringmatchlen_char(pattern, string, true),
+            signed,
+            "signed char"
+        );
+        assert_eq!(
+            stringmatchlen_char(pattern, string, false),
+            unsigned,
+            "unsigned char"
+        );
+        assert_eq!(
+            reference_char(pattern, string, true),
+            signed,
+            "oracle, signed"
+        );
+        assert_eq!(
+            reference_char(pattern, string, false),
+            unsigned,
+            "oracle, unsigned"
+        );
+        let native = if CHAR_SIGNED { signed } else { unsigned };
+        assert_eq!(matches(pattern, string), native, "this target");
     }
 
     #[rstest]
@@ -439,7 +498,7 @@ mod tests {
         Set(bool, Vec<(i32, i32)>),
     }
 
-    fn tokenize(p: &[u8]) -> Vec<Tok> {
+    fn tokenize(p: &[u8], signed: bool) -> Vec<Tok> {
         let (mut out, mut i, n) = (Vec::new(), 0, p.len());
         while i < n {
             let (tok, next) = match p[i] {
@@ -459,7 +518,7 @@ mod tests {
                         } else {
                             (p[j], p[j], 1)
                         };
-                        let (a, b) = (c_char(a), c_char(b));
+                        let (a, b) = (c_char(a, signed), c_char(b, signed));
                         items.push((a.min(b), a.max(b)));
                         j += len;
                     }
@@ -473,34 +532,44 @@ mod tests {
         out
     }
 
-    fn accepts(t: &Tok, b: u8) -> bool {
+    fn accepts(t: &Tok, b: u8, signed: bool) -> bool {
         match t {
             Tok::Star | Tok::Any => true,
             Tok::Lit(l) => *l == b,
             Tok::Set(neg, items) => {
-                items.iter().any(|&(lo, hi)| (lo..=hi).contains(&c_char(b))) != *neg
+                items
+                    .iter()
+                    .any(|&(lo, hi)| (lo..=hi).contains(&c_char(b, signed)))
+                    != *neg
             }
         }
     }
 
-    fn glob(toks: &[Tok], s: &[u8]) -> bool {
+    fn glob(toks: &[Tok], s: &[u8], signed: bool) -> bool {
         match toks.split_first() {
             None => s.is_empty(),
-            Some((Tok::Star, rest)) => (0..=s.len()).any(|k| glob(rest, &s[k..])),
-            Some((t, rest)) => s.first().is_some_and(|&b| accepts(t, b)) && glob(rest, &s[1..]),
+            Some((Tok::Star, rest)) => (0..=s.len()).any(|k| glob(rest, &s[k..], signed)),
+            Some((t, rest)) => {
+                s.first().is_some_and(|&b| accepts(t, b, signed)) && glob(rest, &s[1..], signed)
+            }
         }
     }
 
     /// Textbook glob plus the server's `*` shortcut and empty-string rule (no nesting limit:
     /// short inputs only).
     fn reference(p: &[u8], s: &[u8]) -> bool {
+        reference_char(p, s, CHAR_SIGNED)
+    }
+
+    /// [`reference`] for a target whose C `char` is `signed` or not.
+    fn reference_char(p: &[u8], s: &[u8], signed: bool) -> bool {
         if p == b"*" {
             return true;
         }
         if s.is_empty() {
             return p.is_empty();
         }
-        glob(&tokenize(p), s)
+        glob(&tokenize(p, signed), s, signed)
     }
 
     fn bytes_from(alphabet: &'static [u8], max: usize) -> impl Strategy<Value = Vec<u8>> {
@@ -531,6 +600,11 @@ mod tests {
         #[test]
         fn agrees_with_oracle(p in bytes_from(PAT, 9), s in bytes_from(STR, 7)) {
             prop_assert_eq!(matches(&p, &s), reference(&p, &s));
+            // The other target's `char` too.
+            prop_assert_eq!(
+                matches_all(&p) || stringmatchlen_char(&p, &s, !CHAR_SIGNED),
+                reference_char(&p, &s, !CHAR_SIGNED)
+            );
             let mut t = literal_prefix(&p);
             t.extend_from_slice(&s);
             prop_assert_eq!(matches(&p, &t), reference(&p, &t));

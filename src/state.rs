@@ -156,6 +156,10 @@ pub struct NativeServing {
     /// Whether the command filter is registered (main thread only: OnLoad
     /// and config changes).
     pub filter_registered: AtomicBool,
+    /// The routed commands the server has under their own names (bits of
+    /// `native::mode::Native`), read when the filter is registered: a
+    /// command renamed or removed by `rename-command` is never routed.
+    pub present: std::sync::atomic::AtomicI64,
     pub served: [AtomicU64; 5],
     pub native: [AtomicU64; 5],
     pub restarted: [AtomicU64; 5],

@@ -416,6 +416,110 @@ fn acl_permissions_are_the_native_commands() {
     }
 }
 
+/// The ACL LOG entries about `object` (the command or key refused), newest
+/// first: their `reason` fields.
+fn acl_log_reasons(con: &mut Connection, object: &str) -> Vec<String> {
+    let entries: Vec<redis::Value> = query(con, &["ACL", "LOG"]).unwrap();
+    entries
+        .into_iter()
+        .map(common::cluster::reply_fields)
+        .filter(|m| m.get("object").map(String::as_str) == Some(object))
+        .filter_map(|m| m.get("reason").cloned())
+        .collect()
+}
+
+/// Issue 26, item 1: a user allowed everything but the native command
+/// (`+@all -keys -scan -hscan`, a common hardening rule) is refused it
+/// exactly as natively, mode on or off: the same NOPERM, and an ACL LOG
+/// entry naming the native command. Nothing is served.
+#[test]
+fn a_user_denied_the_native_command_gets_its_noperm_and_acl_log_entry() {
+    let s = server_with("all");
+    let mut c = s.client();
+    fill(&mut c, "k:", 50);
+    let _: () = query(&mut c, &["HSET", "h", "f", "v"]).unwrap();
+    let rules = [
+        "ACL", "SETUSER", "app", "on", ">pw", "~*", "+@all", "-keys", "-scan", "-hscan",
+    ];
+    let _: () = query(&mut c, &rules).unwrap();
+    let calls: [(&[&str], &str); 3] = [
+        (&["KEYS", "*"], "keys"),
+        (&["SCAN", "0"], "scan"),
+        (&["HSCAN", "h", "0"], "hscan"),
+    ];
+    let mut served_errors = vec![];
+    for (args, name) in calls {
+        let _: () = query(&mut c, &["ACL", "LOG", "RESET"]).unwrap();
+        let before = served(&mut c, name);
+        let e = expect_err(&mut login(&s, "app"), args);
+        assert!(e.starts_with("NOPERM"), "{args:?}: {e}");
+        assert!(e.to_lowercase().contains(name), "{args:?}: {e}");
+        assert!(!e.contains("snapshot."), "{args:?}: {e}");
+        assert_eq!(served(&mut c, name), before, "{args:?}: nothing served");
+        let reasons = acl_log_reasons(&mut c, name);
+        assert_eq!(reasons, ["command"], "{args:?}: the ACL LOG entry");
+        served_errors.push(e);
+    }
+    set_mode(&mut c, "none");
+    for ((args, _), e) in calls.iter().zip(&served_errors) {
+        assert_eq!(
+            &expect_err(&mut login(&s, "app"), args),
+            e,
+            "{args:?}: as natively"
+        );
+    }
+}
+
+/// Issue 26, item 2: a command renamed or removed by `rename-command` is
+/// never served: its old name stays unknown, its new name runs natively.
+#[test]
+fn renamed_commands_are_never_routed() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("renames.conf");
+    std::fs::write(
+        &conf,
+        "rename-command KEYS \"\"\nrename-command SCAN myscan\n",
+    )
+    .unwrap();
+    let s = Server::start_with(
+        ServerOpts::new()
+            .module_args(&["serve-native", "all"])
+            .config_file(&conf),
+    );
+    let mut c = s.client();
+    fill(&mut c, "k:", 300);
+    let e = expect_err(&mut c, &["KEYS", "*"]);
+    assert!(e.contains("unknown command"), "{e}");
+    let e = expect_err(&mut c, &["SCAN", "0"]);
+    assert!(e.contains("unknown command"), "{e}");
+    // The new name is the native command: native cursors, nothing served.
+    let before = served(&mut c, "scan") + natively(&mut c, "scan");
+    let mut cursor = "0".to_string();
+    let mut keys = BTreeSet::new();
+    loop {
+        let (next, page): (String, Vec<Vec<u8>>) =
+            query(&mut c, &["MYSCAN", &cursor, "COUNT", "50"]).unwrap();
+        assert!(
+            next.parse::<u64>().unwrap() < ISSUED,
+            "a native cursor: {next}"
+        );
+        keys.extend(page);
+        cursor = next;
+        if cursor == "0" {
+            break;
+        }
+    }
+    assert_eq!(keys.len(), 300);
+    assert_eq!(
+        served(&mut c, "scan") + natively(&mut c, "scan"),
+        before,
+        "never routed"
+    );
+    // HSCAN, not renamed, is still served.
+    let _: () = query(&mut c, &["HSET", "h", "f", "v"]).unwrap();
+    let _: (String, Vec<String>) = query(&mut c, &["HSCAN", "h", "0"]).unwrap();
+}
+
 /// KEYS is served from a snapshot: the native reply's key set.
 #[test]
 fn keys_is_served_from_a_snapshot() {

@@ -1,13 +1,15 @@
 //! The command filter of `snapshot.serve-native`: rewrites SCAN, KEYS,
 //! HSCAN, SSCAN, ZSCAN to the module commands that serve them (see
 //! `mode::route` for which calls), unless the client is in MULTI, is a
-//! script's or a module's own client, or its user may not run the module
-//! command (then the native command runs, with the server's own ACL check
-//! and replies). Where the server cannot tell the filter which client runs
+//! script's or a module's own client, or its user may not run the native
+//! command or the module command (then the native command runs, with the
+//! server's own ACL check, replies and ACL LOG entry). Where the server cannot tell the filter which client runs
 //! the command (Redis 7.0), every routed call is rewritten: the module
 //! command falls back to the native one inside MULTI and scripts itself.
+//! A command renamed or removed by `rename-command` is never routed: the
+//! server answers its old name as unknown, and its new name natively.
 
-use super::mode;
+use super::mode::{self, Native};
 use crate::server::clientdb::{client_state, FilterCall};
 use crate::server::entry::CommandFilter;
 use crate::server::locked::ServerLock;
@@ -17,7 +19,16 @@ use std::sync::atomic::Ordering;
 
 /// Registers the filter once (main thread); `s` remembers that it is.
 pub fn register(s: &NativeServing) {
-    if !s.filter_registered.load(Ordering::Relaxed) && raw_native::register_filter::<Filter>() {
+    if s.filter_registered.load(Ordering::Relaxed) {
+        return;
+    }
+    // rename-command is read before modules load: what exists now stays.
+    let present = Native::ALL
+        .into_iter()
+        .filter(|n| raw_native::command_exists(n.c_name()))
+        .fold(0, |bits, n| bits | n.bit());
+    s.present.store(present, Ordering::Relaxed);
+    if raw_native::register_filter::<Filter>() {
         s.filter_registered.store(true, Ordering::Relaxed);
     }
 }
@@ -33,6 +44,8 @@ impl CommandFilter for Filter {
         if !super::watching(&m.native, bits) {
             return;
         }
+        // Only commands the server has under their own names (rename-command).
+        let bits = bits & m.native.present.load(Ordering::Relaxed);
         let Some(n) = mode::route(bits, true, call.arg(0), |i| call.arg(i)) else {
             return;
         };
@@ -46,7 +59,12 @@ impl CommandFilter for Filter {
                 None | Some((_, true)) => return,
                 Some(_) => {}
             }
-            if call.acl_allows_as(id, n.internal().as_bytes()) != Some(true) {
+            // Served only when the user may run both the native command (with
+            // the call's arguments: key patterns too) and the module command;
+            // otherwise the native command runs, with the server's own ACL
+            // check, NOPERM reply and ACL LOG entry.
+            let names: [&[u8]; 2] = [n.name().as_bytes(), n.internal().as_bytes()];
+            if call.acl_allows_all(id, &names) != Some(true) {
                 return;
             }
         }

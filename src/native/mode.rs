@@ -43,6 +43,17 @@ impl Native {
         }
     }
 
+    /// The native command's name for the server's API (upper case).
+    pub const fn c_name(self) -> &'static std::ffi::CStr {
+        match self {
+            Native::Scan => c"SCAN",
+            Native::Keys => c"KEYS",
+            Native::Hscan => c"HSCAN",
+            Native::Sscan => c"SSCAN",
+            Native::Zscan => c"ZSCAN",
+        }
+    }
+
     /// The module command the filter rewrites it to.
     pub const fn internal(self) -> &'static str {
         match self {

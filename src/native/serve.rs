@@ -26,6 +26,19 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]], n: Native) -> Result<(),
     let Some(m) = crate::module::try_get() else {
         return native(ctx, n, native_args, Outcome::Native);
     };
+    // Where the filter could not check the caller's ACL (Redis 7.0), a
+    // user who may not run the native command gets its NOPERM, worded as
+    // Redis 7.0 words it, and its ACL LOG entry.
+    if !server::native::filter_knows_client()
+        && server::native::caller_refused_logged(ctx, n.name().as_bytes(), native_args)
+            == Some(true)
+    {
+        super::count(&m.native, n, Outcome::Native);
+        return Err(CmdError::msg(format!(
+            "NOPERM this user has no permissions to run the '{}' command",
+            n.name()
+        )));
+    }
     if server::blocking_denied(ctx) {
         return native(ctx, n, native_args, Outcome::Native);
     }
@@ -119,14 +132,7 @@ pub(super) fn native(ctx: Ctx, n: Native, args: &[&[u8]], o: Outcome) -> Result<
     if let Some(m) = crate::module::try_get() {
         super::count(&m.native, n, o);
     }
-    let name = match n {
-        Native::Scan => c"SCAN",
-        Native::Keys => c"KEYS",
-        Native::Hscan => c"HSCAN",
-        Native::Sscan => c"SSCAN",
-        Native::Zscan => c"ZSCAN",
-    };
-    server::native::forward(ctx, name, args)
+    server::native::forward(ctx, n.c_name(), args)
         .map_err(|e| CmdError::msg(format!("ERR snapscan: cannot run {}: {e}", n.name())))
 }
 

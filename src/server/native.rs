@@ -61,6 +61,35 @@ pub fn register_filter<F: CommandFilter>() -> bool {
     !f.is_null()
 }
 
+/// Whether the server has a command named `name` (`COMMAND INFO name`): a
+/// command renamed or removed by `rename-command` has not (OnLoad or main
+/// thread).
+pub fn command_exists(name: &std::ffi::CStr) -> bool {
+    let ctx = MODULE_CTX.load(Ordering::Relaxed);
+    let Some(call) = api!(RedisModule_Call) else {
+        return false;
+    };
+    if ctx.is_null() {
+        return false;
+    }
+    // SAFETY: ctx is our detached context, used on the main thread; "cc"
+    // consumes exactly two C strings.
+    let r = unsafe {
+        call(
+            ctx,
+            c"COMMAND".as_ptr(),
+            c"cc".as_ptr(),
+            c"INFO".as_ptr(),
+            name.as_ptr(),
+        )
+    };
+    let Some(r) = CallReply::new(r) else {
+        return false;
+    };
+    let info = super::call::element(r.0, 0);
+    !info.is_null() && super::call::reply_type(info) == raw::REDISMODULE_REPLY_ARRAY
+}
+
 /// Whether the server tells a filter which client runs the command.
 pub fn filter_knows_client() -> bool {
     api!(RedisModule_CommandFilterGetClientId).is_some()
@@ -100,8 +129,8 @@ impl FilterCall {
     }
 
     /// Whether the user of client `id` may run the call with its name
-    /// replaced by `name` (`None`: the server cannot say).
-    pub fn acl_allows_as(&self, id: u64, name: &[u8]) -> Option<bool> {
+    /// replaced by each of `names` (`None`: the server cannot say).
+    pub fn acl_allows_all(&self, id: u64, names: &[&[u8]]) -> Option<bool> {
         let user_name = api!(RedisModule_GetClientUserNameById)?;
         let from_name = api!(RedisModule_GetModuleUserFromUserName)?;
         let free_user = api!(RedisModule_FreeModuleUser)?;
@@ -125,17 +154,24 @@ impl FilterCall {
         if user.is_null() {
             return None;
         }
-        let allowed = OwnedString::new(std::ptr::null_mut(), name).map(|name| {
-            let argc = self.len();
-            let mut argv: Vec<*mut raw::RedisModuleString> = Vec::with_capacity(argc.max(1));
-            argv.push(name.ptr());
-            // SAFETY: the filter context is live; positions 1..argc exist
-            // and their strings live for the whole callback.
-            argv.extend((1..argc).map(|i| unsafe { arg(self.0, i as c_int) }));
-            // SAFETY: user is a live module user; argv holds argc live strings.
-            (unsafe { check(user, argv.as_mut_ptr(), argv.len() as c_int) })
-                == raw::REDISMODULE_OK as c_int
-        });
+        let argc = self.len();
+        let mut allowed = Some(true);
+        for name in names {
+            let ok = OwnedString::new(std::ptr::null_mut(), name).map(|name| {
+                let mut argv: Vec<*mut raw::RedisModuleString> = Vec::with_capacity(argc.max(1));
+                argv.push(name.ptr());
+                // SAFETY: the filter context is live; positions 1..argc exist
+                // and their strings live for the whole callback.
+                argv.extend((1..argc).map(|i| unsafe { arg(self.0, i as c_int) }));
+                // SAFETY: user is a live module user; argv holds argc live strings.
+                (unsafe { check(user, argv.as_mut_ptr(), argv.len() as c_int) })
+                    == raw::REDISMODULE_OK as c_int
+            });
+            if ok != Some(true) {
+                allowed = ok;
+                break;
+            }
+        }
         // SAFETY: the user handle created above, freed once.
         unsafe { free_user(user) };
         allowed
@@ -151,6 +187,75 @@ impl FilterCall {
     reason = "ctx is the context the server passed to the running command callback"
 )]
 pub fn forward(ctx: Ctx, cmd: &std::ffi::CStr, args: &[&[u8]]) -> Result<(), String> {
+    forward_with(ctx, cmd, args, c"v0E")
+}
+
+/// Whether the user of the client running `ctx` is refused `cmd` with
+/// `args` by its ACL; a refusal is logged in ACL LOG (reason `command`,
+/// object `cmd`) as the server logs its own. `None`: the server cannot
+/// say.
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is the context the server passed to the running command callback"
+)]
+pub fn caller_refused_logged(ctx: Ctx, cmd: &[u8], args: &[&[u8]]) -> Option<bool> {
+    let current = api!(RedisModule_GetCurrentUserName)?;
+    let from_name = api!(RedisModule_GetModuleUserFromUserName)?;
+    let free_user = api!(RedisModule_FreeModuleUser)?;
+    let check = api!(RedisModule_ACLCheckCommandPermissions)?;
+    let free = api!(RedisModule_FreeString)?;
+    // SAFETY: ctx is the live command context; the name string is ours,
+    // freed below.
+    let uname = unsafe { current(ctx) };
+    if uname.is_null() {
+        return None;
+    }
+    // SAFETY: uname is a live string; the user handle is ours, freed below.
+    let user = unsafe { from_name(uname) };
+    // SAFETY: created above for us (no automatic memory): freed once.
+    unsafe { free(ctx, uname) };
+    if user.is_null() {
+        return None;
+    }
+    let strings: Option<Vec<OwnedString>> = std::iter::once(cmd)
+        .chain(args.iter().copied())
+        .map(|a| OwnedString::new(ctx, a))
+        .collect();
+    let refused = strings.map(|strings| {
+        let mut argv: Vec<*mut raw::RedisModuleString> = strings.iter().map(|s| s.ptr()).collect();
+        // SAFETY: user is a live module user; argv holds live strings.
+        let refused = (unsafe { check(user, argv.as_mut_ptr(), argv.len() as c_int) })
+            != raw::REDISMODULE_OK as c_int;
+        if refused {
+            if let Some(log) = api!(RedisModule_ACLAddLogEntry) {
+                // SAFETY: ctx, user and the command name string are live.
+                unsafe {
+                    log(
+                        ctx,
+                        user,
+                        argv[0],
+                        raw::RedisModuleACLLogEntryReason_REDISMODULE_ACL_LOG_CMD,
+                    )
+                };
+            }
+        }
+        refused
+    });
+    // SAFETY: the user handle created above, freed once.
+    unsafe { free_user(user) };
+    refused
+}
+
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is the context the server passed to the running command callback"
+)]
+fn forward_with(
+    ctx: Ctx,
+    cmd: &std::ffi::CStr,
+    args: &[&[u8]],
+    flags: &std::ffi::CStr,
+) -> Result<(), String> {
     let call = api!(RedisModule_Call).ok_or("no RM_Call")?;
     let reply_with = api!(RedisModule_ReplyWithCallReply).ok_or("no ReplyWithCallReply")?;
     let strings: Vec<OwnedString> = args
@@ -160,12 +265,12 @@ pub fn forward(ctx: Ctx, cmd: &std::ffi::CStr, args: &[&[u8]]) -> Result<(), Str
     let mut argv: Vec<*mut raw::RedisModuleString> = strings.iter().map(|s| s.ptr()).collect();
     // SAFETY: ctx is the live command context; "v0E" consumes an array of
     // live strings and its length, exactly as passed ("0": the caller's
-    // protocol, "E": errors come back as replies).
+    // protocol, "E": errors come back as replies; "C": as the caller's user).
     let r = unsafe {
         call(
             ctx,
             cmd.as_ptr(),
-            c"v0E".as_ptr(),
+            flags.as_ptr(),
             argv.as_mut_ptr(),
             argv.len(),
         )
