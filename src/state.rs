@@ -160,6 +160,10 @@ pub struct NativeServing {
     /// `native::mode::Native`), read when the filter is registered: a
     /// command renamed or removed by `rename-command` is never routed.
     pub present: std::sync::atomic::AtomicI64,
+    /// The options the server's own commands take (bits of
+    /// `native::plan::Options`), read when the filter is registered: an
+    /// option the server lacks gets its native error, whatever the size.
+    pub options: std::sync::atomic::AtomicU8,
     pub served: [AtomicU64; 5],
     pub native: [AtomicU64; 5],
     pub restarted: [AtomicU64; 5],

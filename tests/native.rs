@@ -520,6 +520,51 @@ fn renamed_commands_are_never_routed() {
     let _: (String, Vec<String>) = query(&mut c, &["HSCAN", "h", "0"]).unwrap();
 }
 
+/// Issue 26, item 7: an option the server's own command lacks (no Redis
+/// has `ZSCAN ... NOSCORES`, Redis 7.0 no `HSCAN ... NOVALUES`) gets the
+/// native error whatever the collection's size; where the server has it,
+/// both sizes are answered, as natively.
+#[test]
+fn options_the_server_lacks_get_the_native_error_at_every_size() {
+    let s = server_with("all");
+    let mut c = s.client();
+    for (key, n) in [("big", 300), ("small", 5)] {
+        populate(&mut c, "ZADD", &format!("z:{key}"), n, |i| vec![i.to_string(), format!("m{i}")]);
+        populate(&mut c, "HSET", &format!("h:{key}"), n, |i| vec![format!("f{i}"), "v".to_string()]);
+    }
+    let outcome = |c: &mut Connection, args: &[&str]| -> Result<usize, String> {
+        query::<(String, Vec<String>)>(c, args)
+            .map(|(_, items)| items.len().min(1))
+            .map_err(|e| err_text(&e))
+    };
+    let calls: Vec<Vec<String>> = ["big", "small"]
+        .iter()
+        .flat_map(|k| {
+            [
+                vec!["ZSCAN".to_string(), format!("z:{k}"), "0".into(), "NOSCORES".into()],
+                vec!["HSCAN".to_string(), format!("h:{k}"), "0".into(), "NOVALUES".into()],
+            ]
+        })
+        .collect();
+    let with_mode: Vec<_> = calls
+        .iter()
+        .map(|a| outcome(&mut c, &a.iter().map(String::as_str).collect::<Vec<_>>()))
+        .collect();
+    set_mode(&mut c, "none");
+    for (a, got) in calls.iter().zip(with_mode) {
+        let args: Vec<&str> = a.iter().map(String::as_str).collect();
+        let native = outcome(&mut c, &args);
+        assert_eq!(got, native, "{args:?}: served (left) against native (right)");
+    }
+    // Where the server has NOSCORES (Valkey), a big ZSCAN ... NOSCORES is served.
+    if s.is_valkey() {
+        set_mode(&mut c, "all");
+        let before = served(&mut c, "zscan");
+        let _: (String, Vec<String>) = query(&mut c, &["ZSCAN", "z:big", "0", "NOSCORES"]).unwrap();
+        assert!(served(&mut c, "zscan") > before);
+    }
+}
+
 /// KEYS is served from a snapshot: the native reply's key set.
 #[test]
 fn keys_is_served_from_a_snapshot() {

@@ -113,3 +113,23 @@ fn a_set_followed_by_a_write_in_another_slot_keeps_the_key(#[case] lines: &[&str
 fn a_set_then_move_or_copy_db_of_another_key_keeps_the_key(#[case] lines: &[&str]) {
     replay(lines, true);
 }
+
+/// Valkey 9.1: `DEBUG RELOAD` inside MULTI fires every key's `loaded` event
+/// with the transaction's database as the selected one: keys of other
+/// databases were indexed in it.
+#[test]
+fn debug_reload_inside_multi_keeps_every_key_in_its_database() {
+    replay(
+        &[
+            "SELECT 2",
+            "SET z v",
+            "HSET h f v",
+            "SELECT 0",
+            "SET a v PX 100000",
+            "MULTI",
+            "DEBUG RELOAD",
+            "EXEC",
+        ],
+        true,
+    );
+}

@@ -393,7 +393,10 @@ pub fn on_keyspace_event(
     let gone = ks.deleted.take_gone(lock, db, name);
     if type_ & raw::REDISMODULE_NOTIFY_LOADED != 0 {
         // RDB loading: no execution units, and the name may live on the
-        // server's stack; read the key now through a heap copy.
+        // server's stack; read the key now through a heap copy. (A `DEBUG
+        // RELOAD` inside MULTI on Valkey 9.1 reports every key's database as
+        // the transaction's: the event's own is asked for.)
+        let db = server::event_db(ctx);
         m.watches.bump(db, name);
         if ks.replication.async_loading() {
             return; // a temporary database's key (see replication.rs)

@@ -10,6 +10,7 @@
 //! server answers its old name as unknown, and its new name natively.
 
 use super::mode::{self, Native};
+use super::plan;
 use crate::server::clientdb::{client_state, FilterCall};
 use crate::server::entry::CommandFilter;
 use crate::server::locked::ServerLock;
@@ -28,6 +29,11 @@ pub fn register(s: &NativeServing) {
         .filter(|n| raw_native::command_exists(n.c_name()))
         .fold(0, |bits, n| bits | n.bit());
     s.present.store(present, Ordering::Relaxed);
+    let options = plan::Options {
+        novalues: raw_native::command_has_token(c"HSCAN", b"NOVALUES"),
+        noscores: raw_native::command_has_token(c"ZSCAN", b"NOSCORES"),
+    };
+    s.options.store(options.bits(), Ordering::Relaxed);
     if raw_native::register_filter::<Filter>() {
         s.filter_registered.store(true, Ordering::Relaxed);
     }

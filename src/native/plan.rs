@@ -20,6 +20,28 @@ pub const COLLECTION_MIN_COUNT: usize = 512;
 /// natively, cheaper than any copy.
 pub const SMALL_COLLECTION: usize = 128;
 
+/// Options of the native commands that not every server has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Options {
+    /// `HSCAN ... NOVALUES` (Redis 7.4+, Valkey 8+).
+    pub novalues: bool,
+    /// `ZSCAN ... NOSCORES` (Valkey 8+).
+    pub noscores: bool,
+}
+
+impl Options {
+    pub fn bits(self) -> u8 {
+        u8::from(self.novalues) | u8::from(self.noscores) << 1
+    }
+
+    pub fn from_bits(b: u8) -> Options {
+        Options {
+            novalues: b & 1 != 0,
+            noscores: b & 2 != 0,
+        }
+    }
+}
+
 /// How to serve a call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Plan {
@@ -48,8 +70,10 @@ pub fn snapshot_command(n: Native) -> &'static [u8] {
 }
 
 /// Decides how to serve `n` called with `args` (without the command
-/// name). `type_known` says whether SCAN's `TYPE` argument names a type.
-pub fn plan(n: Native, args: &[&[u8]], type_known: impl Fn(&[u8]) -> bool) -> Plan {
+/// name). `type_known` says whether SCAN's `TYPE` argument names a type;
+/// `has` which options the server's own commands take (one it lacks is
+/// left to the native command's `ERR syntax error`).
+pub fn plan(n: Native, args: &[&[u8]], has: Options, type_known: impl Fn(&[u8]) -> bool) -> Plan {
     if n == Native::Keys {
         return match args {
             [pattern] => Plan::Snapshot {
@@ -78,8 +102,8 @@ pub fn plan(n: Native, args: &[&[u8]], type_known: impl Fn(&[u8]) -> bool) -> Pl
     }
     let allowed = Allowed {
         type_filter: n == Native::Scan,
-        novalues: n == Native::Hscan,
-        noscores: n == Native::Zscan,
+        novalues: n == Native::Hscan && has.novalues,
+        noscores: n == Native::Zscan && has.noscores,
     };
     let Ok(o) = parse_options(opts, allowed) else {
         return Plan::Native;
@@ -140,9 +164,18 @@ mod tests {
         args.iter().map(|a| a.as_bytes().to_vec()).collect()
     }
 
+    const ALL: Options = Options {
+        novalues: true,
+        noscores: true,
+    };
+
     fn run(n: Native, args: &[&str]) -> Plan {
+        run_on(n, args, ALL)
+    }
+
+    fn run_on(n: Native, args: &[&str], has: Options) -> Plan {
         let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
-        plan(n, &a, |t| t.eq_ignore_ascii_case(b"string"))
+        plan(n, &a, has, |t| t.eq_ignore_ascii_case(b"string"))
     }
 
     #[rstest]
@@ -198,6 +231,29 @@ mod tests {
     #[case::keys_arity2(Native::Keys, &["a", "b"])]
     fn collections_native(#[case] n: Native, #[case] args: &[&str]) {
         assert_eq!(run(n, args), Plan::Native);
+    }
+
+    /// Issue 26, item 7: an option the server's own command lacks (no
+    /// Redis has `ZSCAN ... NOSCORES`, Redis 7.0 no `HSCAN ... NOVALUES`) is
+    /// left to the native command's error, whatever the collection's size.
+    #[rstest]
+    #[case::noscores_on_redis(Native::Zscan, &["z", "0", "NOSCORES"], Options { novalues: true, noscores: false })]
+    #[case::noscores_ours(Native::Zscan, &["z", OURS, "noscores"], Options { novalues: true, noscores: false })]
+    #[case::novalues_on_redis_7_0(Native::Hscan, &["h", "0", "NOVALUES"], Options::default())]
+    fn options_the_server_lacks_are_native(
+        #[case] n: Native,
+        #[case] args: &[&str],
+        #[case] has: Options,
+    ) {
+        assert_eq!(run_on(n, args, has), Plan::Native);
+        assert!(matches!(run_on(n, args, ALL), Plan::Snapshot { .. }));
+    }
+
+    #[test]
+    fn options_round_trip_as_bits() {
+        for b in 0..4 {
+            assert_eq!(Options::from_bits(b).bits(), b);
+        }
     }
 
     #[test]

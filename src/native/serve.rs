@@ -42,7 +42,8 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]], n: Native) -> Result<(),
     if server::blocking_denied(ctx) {
         return native(ctx, n, native_args, Outcome::Native);
     }
-    let p = plan::plan(n, native_args, |t| m.type_names().lookup(t).is_some());
+    let has = plan::Options::from_bits(m.native.options.load(std::sync::atomic::Ordering::Relaxed));
+    let p = plan::plan(n, native_args, has, |t| m.type_names().lookup(t).is_some());
     let Plan::Snapshot {
         args: sargs,
         cursor,

@@ -164,6 +164,31 @@ pub fn selected_db(ctx: Ctx) -> usize {
     }
 }
 
+/// The database a notification running on `ctx` is about: the selected
+/// one, except inside `EXEC` on Valkey 9.1, where the callback runs on the
+/// transaction's own client and `GetSelectedDb` answers the transaction's
+/// database while the event's is the client's current one (asked through
+/// `GetClientInfoById`). Costs a context-flags read, and two calls in MULTI.
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is a live context of the calling callback"
+)]
+pub fn event_db(ctx: Ctx) -> usize {
+    let selected = selected_db(ctx);
+    if host::context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_MULTI == 0 {
+        return selected;
+    }
+    let Some(get_id) = api!(RedisModule_GetClientId) else {
+        return selected;
+    };
+    // SAFETY: ctx is the live context of the notification callback.
+    let id = unsafe { get_id(ctx) };
+    match clientdb::client_state(id) {
+        Some((db, true)) => db as usize,
+        _ => selected,
+    }
+}
+
 /// Selects `db` on `ctx`; false if the server refuses.
 #[allow(
     clippy::not_unsafe_ptr_arg_deref,

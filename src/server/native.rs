@@ -90,6 +90,48 @@ pub fn command_exists(name: &std::ffi::CStr) -> bool {
     !info.is_null() && super::call::reply_type(info) == raw::REDISMODULE_REPLY_ARRAY
 }
 
+/// Whether the server's `COMMAND DOCS cmd` names `token` (any case)
+/// anywhere: whether its version of the command has that option
+/// (`ZSCAN ... NOSCORES`: Valkey 8+; `HSCAN ... NOVALUES`: Redis 7.4+,
+/// Valkey 8+). OnLoad or main thread.
+pub fn command_has_token(cmd: &std::ffi::CStr, token: &[u8]) -> bool {
+    let ctx = MODULE_CTX.load(Ordering::Relaxed);
+    let Some(call) = api!(RedisModule_Call) else {
+        return false;
+    };
+    if ctx.is_null() {
+        return false;
+    }
+    // SAFETY: ctx is our detached context, used on the main thread; "cc"
+    // consumes exactly two C strings.
+    let r = unsafe {
+        call(
+            ctx,
+            c"COMMAND".as_ptr(),
+            c"cc".as_ptr(),
+            c"DOCS".as_ptr(),
+            cmd.as_ptr(),
+        )
+    };
+    let Some(r) = CallReply::new(r) else {
+        return false;
+    };
+    mentions(r.0, token, 0)
+}
+
+/// Whether a string anywhere in the reply `r` (arrays walked, at most 16
+/// deep) equals `token`, case-insensitively.
+fn mentions(r: *mut raw::RedisModuleCallReply, token: &[u8], depth: usize) -> bool {
+    use super::call::{bytes, element, reply_len, reply_type};
+    match reply_type(r) {
+        raw::REDISMODULE_REPLY_STRING => bytes(r).eq_ignore_ascii_case(token),
+        raw::REDISMODULE_REPLY_ARRAY if depth < 16 => {
+            (0..reply_len(r)).any(|i| mentions(element(r, i), token, depth + 1))
+        }
+        _ => false,
+    }
+}
+
 /// Whether the server tells a filter which client runs the command.
 pub fn filter_knows_client() -> bool {
     api!(RedisModule_CommandFilterGetClientId).is_some()

@@ -419,6 +419,19 @@ impl Gen {
         match self.below(8) {
             0 => cmds.push(Cmd::new(&k, vec![b("SET"), k.clone()])), // arity: EXECABORT
             1 => cmds.push(Cmd::new(&k, vec![b("LPUSH"), k.clone(), b("x")])), // WRONGTYPE maybe
+            // A reload inside the transaction (standalone): every key's
+            // `loaded` event fired from within EXEC.
+            2 if self.caps.heavy && self.chance(1, 8) => {
+                let at = self.below(cmds.len() as u64 + 1) as usize;
+                cmds.insert(at, Cmd::keyless(vec![b("DEBUG"), b("RELOAD")]));
+            }
+            3 if self.caps.databases => {
+                let at = self.below(cmds.len() as u64 + 1) as usize;
+                cmds.insert(
+                    at,
+                    Cmd::keyless(vec![b("SELECT"), self.db().to_string().into_bytes()]),
+                );
+            }
             _ => {}
         }
         Step::Multi(cmds)
@@ -495,13 +508,23 @@ impl Gen {
                 ))
             }
             19 => {
-                let v = ["1", "16", "256", "4096"][self.below(4) as usize];
-                Step::Cmd(Cmd::keyless(vec![
-                    b("CONFIG"),
-                    b("SET"),
-                    b("snapshot.inline-entries"),
-                    b(v),
-                ]))
+                // The module's configs that change how a page is built, not
+                // what it holds.
+                let (name, v) = match self.below(3) {
+                    0 => (
+                        "snapshot.inline-entries",
+                        ["1", "16", "256", "4096"][self.below(4) as usize],
+                    ),
+                    1 => (
+                        "snapshot.scan-budget",
+                        ["10", "1000", "100000"][self.below(3) as usize],
+                    ),
+                    _ => (
+                        "snapshot.hash-copy-batch",
+                        ["10", "100", "1000"][self.below(3) as usize],
+                    ),
+                };
+                Step::Cmd(Cmd::keyless(vec![b("CONFIG"), b("SET"), b(name), b(v)]))
             }
             20 if self.caps.flip_native => {
                 let v = ["none", "all", "scan keys", "hscan sscan zscan"][self.below(4) as usize];
