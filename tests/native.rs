@@ -529,8 +529,12 @@ fn options_the_server_lacks_get_the_native_error_at_every_size() {
     let s = server_with("all");
     let mut c = s.client();
     for (key, n) in [("big", 300), ("small", 5)] {
-        populate(&mut c, "ZADD", &format!("z:{key}"), n, |i| vec![i.to_string(), format!("m{i}")]);
-        populate(&mut c, "HSET", &format!("h:{key}"), n, |i| vec![format!("f{i}"), "v".to_string()]);
+        populate(&mut c, "ZADD", &format!("z:{key}"), n, |i| {
+            vec![i.to_string(), format!("m{i}")]
+        });
+        populate(&mut c, "HSET", &format!("h:{key}"), n, |i| {
+            vec![format!("f{i}"), "v".to_string()]
+        });
     }
     let outcome = |c: &mut Connection, args: &[&str]| -> Result<usize, String> {
         query::<(String, Vec<String>)>(c, args)
@@ -541,8 +545,18 @@ fn options_the_server_lacks_get_the_native_error_at_every_size() {
         .iter()
         .flat_map(|k| {
             [
-                vec!["ZSCAN".to_string(), format!("z:{k}"), "0".into(), "NOSCORES".into()],
-                vec!["HSCAN".to_string(), format!("h:{k}"), "0".into(), "NOVALUES".into()],
+                vec![
+                    "ZSCAN".to_string(),
+                    format!("z:{k}"),
+                    "0".into(),
+                    "NOSCORES".into(),
+                ],
+                vec![
+                    "HSCAN".to_string(),
+                    format!("h:{k}"),
+                    "0".into(),
+                    "NOVALUES".into(),
+                ],
             ]
         })
         .collect();
@@ -554,7 +568,10 @@ fn options_the_server_lacks_get_the_native_error_at_every_size() {
     for (a, got) in calls.iter().zip(with_mode) {
         let args: Vec<&str> = a.iter().map(String::as_str).collect();
         let native = outcome(&mut c, &args);
-        assert_eq!(got, native, "{args:?}: served (left) against native (right)");
+        assert_eq!(
+            got, native,
+            "{args:?}: served (left) against native (right)"
+        );
     }
     // Where the server has NOSCORES (Valkey), a big ZSCAN ... NOSCORES is served.
     if s.is_valkey() {
@@ -563,6 +580,54 @@ fn options_the_server_lacks_get_the_native_error_at_every_size() {
         let _: (String, Vec<String>) = query(&mut c, &["ZSCAN", "z:big", "0", "NOSCORES"]).unwrap();
         assert!(served(&mut c, "zscan") > before);
     }
+}
+
+/// Issue 26, item 9: "answered natively when it comes back whole in one
+/// call" follows the server's own limits: raised, a 2,000-field listpack
+/// hash (or intset, listpack zset) is answered by the native command in one
+/// call; lowered, a 100-field hash table is served from a snapshot.
+#[test]
+fn compact_collections_follow_the_servers_limits() {
+    let s = server_with("all");
+    let mut c = s.client();
+    for (name, v) in [
+        ("hash-max-listpack-entries", "4096"),
+        ("set-max-intset-entries", "4096"),
+        ("zset-max-listpack-entries", "4096"),
+    ] {
+        config_set(&mut c, name, v);
+    }
+    populate(&mut c, "HSET", "h", 2000, |i| {
+        vec![format!("f{i}"), "v".into()]
+    });
+    populate(&mut c, "SADD", "s", 2000, |i| vec![i.to_string()]);
+    populate(&mut c, "ZADD", "z", 2000, |i| {
+        vec![i.to_string(), format!("m{i}")]
+    });
+    for (cmd, key, per) in [("HSCAN", "h", 2), ("SSCAN", "s", 1), ("ZSCAN", "z", 2)] {
+        let name = cmd.to_lowercase();
+        let (n0, s0) = (natively(&mut c, &name), served(&mut c, &name));
+        let (cursor, items): (String, Vec<Vec<u8>>) = query(&mut c, &[cmd, key, "0"]).unwrap();
+        assert_eq!(
+            (cursor.as_str(), items.len()),
+            ("0", 2000 * per),
+            "{cmd}: whole in one call"
+        );
+        assert_eq!(natively(&mut c, &name), n0 + 1, "{cmd}: answered natively");
+        assert_eq!(served(&mut c, &name), s0, "{cmd}: not served");
+    }
+    config_set(&mut c, "hash-max-listpack-entries", "16");
+    populate(&mut c, "HSET", "big", 100, |i| {
+        vec![format!("f{i}"), "v".into()]
+    });
+    let before = served(&mut c, "hscan");
+    let (cursor, items): (String, Vec<Vec<u8>>) = query(&mut c, &["HSCAN", "big", "0"]).unwrap();
+    assert_eq!((cursor.as_str(), items.len()), ("0", 200));
+    assert_eq!(
+        served(&mut c, "hscan"),
+        before + 1,
+        "a 100-field hash table is served"
+    );
 }
 
 /// KEYS is served from a snapshot: the native reply's key set.

@@ -15,9 +15,10 @@ pub const SCAN_MIN_COUNT: usize = 100;
 /// Pages of at least this many elements (HSCAN/SSCAN/ZSCAN).
 pub const COLLECTION_MIN_COUNT: usize = 512;
 
-/// A collection of at most this many elements is answered by the native
-/// command at cursor 0: a listpack or intset comes back whole in one call
-/// natively, cheaper than any copy.
+/// A collection in a compact encoding (listpack, intset) is answered by the
+/// native command at cursor 0: it comes back whole in one call natively,
+/// cheaper than any copy. Where the server does not tell the encoding, a
+/// collection of at most this many elements (the servers' default limit).
 pub const SMALL_COLLECTION: usize = 128;
 
 /// Options of the native commands that not every server has.

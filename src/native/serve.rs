@@ -119,11 +119,14 @@ fn fallback(n: Native, native_args: &[&[u8]], cursor: u64) -> Fallback {
     })
 }
 
-/// Whether the collection at `key` has at most [`SMALL_COLLECTION`]
+/// Whether the collection at `key` comes back whole in one native call:
+/// kept in a compact encoding (listpack, intset), as the server's limits
+/// say now; where the server does not say, at most [`SMALL_COLLECTION`]
 /// elements (a missing key counts as small: the native reply is empty).
 fn small(ctx: Ctx, key: &[u8]) -> bool {
     match server::OwnedString::new(ctx, key) {
-        Some(name) => keys::value_len(ctx, name.ptr()) <= SMALL_COLLECTION,
+        Some(name) => keys::compact(ctx, name.ptr())
+            .unwrap_or_else(|| keys::value_len(ctx, name.ptr()) <= SMALL_COLLECTION),
         None => false,
     }
 }

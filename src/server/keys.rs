@@ -88,6 +88,34 @@ pub fn probe_copy(
     probe(ctx, copy.ptr(), names)
 }
 
+/// Whether the collection at `keyname` is kept in a compact encoding
+/// (`listpack`, `ziplist`, `intset`: the server's `*-max-listpack-entries`
+/// and `set-max-intset-entries` as configured now), which native HSCAN,
+/// SSCAN and ZSCAN return whole in one call whatever the COUNT. `None`: the
+/// server did not say (a missing key, a refused call).
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx and keyname are live handles of the calling command (the server lock is held)"
+)]
+pub fn compact(ctx: Ctx, keyname: *mut raw::RedisModuleString) -> Option<bool> {
+    let call = api!(RedisModule_Call)?;
+    // SAFETY: the server lock is held; "cs" consumes one C string and one
+    // server string, both live. OBJECT ENCODING looks the key up without
+    // touching it (no LRU/LFU update, no keyspace event).
+    let r = unsafe {
+        call(
+            ctx,
+            c"OBJECT".as_ptr(),
+            c"cs".as_ptr(),
+            c"ENCODING".as_ptr(),
+            keyname,
+        )
+    };
+    let r = CallReply::new(r)?;
+    let enc = r.string()?;
+    Some(matches!(enc, b"listpack" | b"ziplist" | b"intset"))
+}
+
 /// Number of elements of the value at `keyname` (0 when missing).
 #[allow(
     clippy::not_unsafe_ptr_arg_deref,
