@@ -14,7 +14,7 @@
 #
 # Modes: standalone, cluster-1, cluster-3, replica, serve-native.
 # Seeds default to 1000.. (a different range than CI's seed 1); a run
-# stops its seeds when its minutes are spent.
+# stops (after its final checks) when its minutes are spent.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

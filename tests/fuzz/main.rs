@@ -9,7 +9,7 @@
 //! In CI (`scripts/test.sh` runs this file per server): fixed seeds, a few
 //! hundred steps per mode. Campaigns: `scripts/fuzz.sh` sets
 //! `SNAPSCAN_FUZZ_SEEDS` (`a..b` or a list), `SNAPSCAN_FUZZ_STEPS` (per
-//! seed), `SNAPSCAN_FUZZ_SECONDS` (per mode; seeds stop when spent),
+//! seed), `SNAPSCAN_FUZZ_SECONDS` (per mode; the run stops when spent),
 //! `SNAPSCAN_FUZZ_MODES` (comma list of mode names) and
 //! `SNAPSCAN_FUZZ_REPORT` (a file; one line of totals per mode is
 //! appended).
@@ -226,6 +226,7 @@ fn run_seed(
     mode: Mode,
     seed: u64,
     steps: u64,
+    deadline: Option<Instant>,
     totals: &mut Totals,
 ) -> Result<(), (Vec<Step>, String)> {
     let mut t = Target::start(mode);
@@ -234,6 +235,9 @@ fn run_seed(
     let mut log: Vec<Step> = Vec::new();
     let mut topo_state = topo::State::default();
     for i in 0..steps {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            break; // the campaign's time is spent: the final checks still run
+        }
         let s = if i + 1 == steps {
             Step::Check(Check::Count)
         } else if g.rng.chance(1, 25) {
@@ -287,7 +291,8 @@ fn fuzz(mode: Mode) {
             break;
         }
         seeds_run += 1;
-        if let Err((log, e)) = run_seed(mode, seed, s.steps, &mut totals) {
+        let deadline = s.seconds.map(|limit| start + Duration::from_secs(limit));
+        if let Err((log, e)) = run_seed(mode, seed, s.steps, deadline, &mut totals) {
             totals.failures += 1;
             failure = Some((seed, log, e));
             break;
