@@ -139,6 +139,40 @@ pub fn truth(con: &mut Connection) -> Result<Truth, String> {
     parse_truth(truth_cmd().query(con).map_err(|e| e.to_string())?)
 }
 
+/// How long a check retries a call answered TRYAGAIN (README: a call
+/// that cannot block, in MULTI or a script, when the index has more
+/// recorded changes to apply than the main thread may apply for it).
+const TRYAGAIN_FOR: Duration = Duration::from_secs(10);
+
+/// `f` again while it answers TRYAGAIN, for at most [`TRYAGAIN_FOR`].
+fn retry_busy_index<T>(mut f: impl FnMut() -> redis::RedisResult<T>) -> redis::RedisResult<T> {
+    let deadline = Instant::now() + TRYAGAIN_FOR;
+    loop {
+        match f() {
+            Err(e) if e.kind() == redis::ErrorKind::TryAgain && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            r => return r,
+        }
+    }
+}
+
+/// `truth` and `then` in one MULTI/EXEC (the same instant), retried while
+/// `then` answers TRYAGAIN.
+fn truth_then(
+    con: &mut Connection,
+    truth: redis::Cmd,
+    then: redis::Cmd,
+) -> redis::RedisResult<(Value, Value)> {
+    retry_busy_index(|| {
+        redis::pipe()
+            .atomic()
+            .add_command(truth.clone())
+            .add_command(then.clone())
+            .query(con)
+    })
+}
+
 /// A page of a SCAN-like reply: the next cursor and its elements.
 fn page(v: Value) -> Result<(String, Vec<Vec<u8>>), String> {
     let a = array(v)?;
@@ -262,12 +296,8 @@ pub fn scan(con: &mut Connection, c: &Check, write: &mut dyn FnMut(&Cmd)) -> Res
     if let Some(t) = ty {
         first.arg("TYPE").arg(*t);
     }
-    let (tv, pv): (Value, Value) = redis::pipe()
-        .atomic()
-        .add_command(truth_cmd())
-        .add_command(first)
-        .query(con)
-        .map_err(|e| format!("truth + cursor 0: {e}"))?;
+    let (tv, pv) =
+        truth_then(con, truth_cmd(), first).map_err(|e| format!("truth + cursor 0: {e}"))?;
     let truth = parse_truth(tv)?;
     let (mut cursor, mut got) = page(pv)?;
     let mut i = 0;
@@ -366,11 +396,7 @@ pub fn collection(
     };
     let mut first = redis::cmd(cmd);
     first.arg(key.as_slice()).arg(0).arg("COUNT").arg(*count);
-    let (tv, pv): (Value, Value) = redis::pipe()
-        .atomic()
-        .add_command(collection_truth_cmd(key, field_expiry))
-        .add_command(first)
-        .query(con)
+    let (tv, pv) = truth_then(con, collection_truth_cmd(key, field_expiry), first)
         .map_err(|e| format!("{cmd} {}: truth + cursor 0: {e}", show(key)))?;
     let (now, elements) = parse_elements(tv)?;
     if elements.is_empty() {
@@ -666,12 +692,10 @@ pub fn script_scan(con: &mut Connection, c: &Check, wall_clock: bool) -> Result<
         unreachable!()
     };
     select(con, *db)?;
-    let v: Value = redis::cmd("EVAL")
-        .arg(SPIN_SCAN)
-        .arg(0)
-        .arg(*count)
-        .query(con)
-        .map_err(|e| format!("spinning script: {e}"))?;
+    let mut spin = redis::cmd("EVAL");
+    spin.arg(SPIN_SCAN).arg(0).arg(*count);
+    let v: Value =
+        retry_busy_index(|| spin.query(con)).map_err(|e| format!("spinning script: {e}"))?;
     let all: Vec<Vec<u8>> = array(v)?.iter().map(bytes).collect();
     let start: i64 = String::from_utf8_lossy(&all[0])
         .parse()
