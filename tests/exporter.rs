@@ -432,7 +432,7 @@ fn exporter_exports_the_scripts_figures_and_follows_the_server() {
     let (c, _): (String, Vec<Vec<u8>>) = query(&mut con, &["SSCAN", "small", "0"]).expect("SSCAN");
     assert_eq!(c, "0");
     // A cursor of the form snapscan issues, of an iteration it never had.
-    let lost = ((1u64 << 62) + 12_345).to_string();
+    let lost = ((1u64 << 52) + 12_345).to_string();
     let _: (String, Vec<Vec<u8>>) = query(&mut con, &["SCAN", &lost]).expect("SCAN lost");
     let _: () = query(
         &mut con,

@@ -86,11 +86,14 @@ fn valkey_cli() -> PathBuf {
 
 fn node_dir() -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/node");
-    assert!(
-        dir.join("node_modules/ioredis/package.json").is_file(),
-        "ioredis is not installed in {}: run scripts/install-deps.sh",
-        dir.display()
-    );
+    for module in ["ioredis", "redis4", "redis5"] {
+        assert!(
+            dir.join(format!("node_modules/{module}/package.json"))
+                .is_file(),
+            "{module} is not installed in {}: run scripts/install-deps.sh",
+            dir.display()
+        );
+    }
     dir
 }
 
@@ -494,6 +497,51 @@ fn ioredis_stream(
         "scan-stream.js {args:?}: an element came back twice"
     );
     (elems, calls)
+}
+
+/// Issue 26, item 6: node-redis 4 parses cursors as JavaScript Numbers and
+/// node-redis 5 keeps them as strings; both iterate the served SCAN to its
+/// end with the native key set, each key once, and no iteration restarts
+/// natively (a cursor above 2^53 would come back rounded from node-redis 4).
+#[rstest]
+#[case::node_redis_4("4", "", 0)]
+#[case::node_redis_5("5", "", 0)]
+#[case::node_redis_4_match_count("4", "user:1*", 100)]
+fn node_redis_scan_iterators_are_served_with_the_native_key_set(
+    #[case] major: &str,
+    #[case] pattern: &str,
+    #[case] count: u32,
+) {
+    let server = Server::start();
+    let keys = load_quiet_database(&server);
+    let dir = node_dir();
+    let script = dir
+        .join("node-redis-scan.js")
+        .to_string_lossy()
+        .into_owned();
+    let (port, count) = (server.port().to_string(), count.to_string());
+    let args = [script.as_str(), major, &port, pattern, &count];
+    let restarted =
+        |con: &mut Connection| counter(&served_counters(con), "snapshot_native_scan_restarted");
+    let before = restarted(&mut server.client());
+    let (native, served) = native_then_served(&server, "all", &["scan"], || {
+        run_tool(server.dir(), Path::new("node"), &args)
+    });
+    assert_eq!(
+        restarted(&mut server.client()),
+        before,
+        "node-redis {major}: an iteration restarted natively"
+    );
+    let expected: BTreeSet<String> = keys
+        .into_iter()
+        .filter(|k| pattern.is_empty() || glob(pattern.as_bytes(), k.as_bytes()))
+        .collect();
+    assert_eq!(line_set(&native, "native"), expected);
+    assert_eq!(
+        line_set(&served, "served"),
+        expected,
+        "node-redis {major} with {CONFIG} all"
+    );
 }
 
 #[rstest]

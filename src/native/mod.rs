@@ -15,7 +15,7 @@
 //!
 //! The rules (README, "Serving the native commands"): a call is served from
 //! a snapshot when its cursor is 0 or one snapscan issued (every such
-//! cursor lies in `[2^62, 2^63)`, see `cursor::ISSUED_BIT`); any other
+//! cursor lies in `[2^52, 2^53)`, see `cursor::ISSUED_BIT`); any other
 //! cursor, arguments the native command refuses, MULTI, scripts and
 //! functions run the native command. An issued cursor whose iteration is
 //! gone restarts the iteration with the native command at cursor 0.

@@ -209,7 +209,7 @@ mod tests {
         assert_eq!(route(mode, false, name, |_| b"0"), want);
     }
 
-    const OURS: &[u8] = b"4611686018427387905";
+    const OURS: &[u8] = b"4503599627370497"; // 2^52 + 1
 
     #[rstest]
     #[case::issued_scan_after_off(0, true, b"scan", &[b"scan" as &[u8], OURS], Some(Native::Scan))]

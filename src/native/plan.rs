@@ -15,10 +15,10 @@ pub const SCAN_MIN_COUNT: usize = 100;
 /// Pages of at least this many elements (HSCAN/SSCAN/ZSCAN).
 pub const COLLECTION_MIN_COUNT: usize = 512;
 
-/// A collection in a compact encoding (listpack, intset) is answered by the
-/// native command at cursor 0: it comes back whole in one call natively,
-/// cheaper than any copy. Where the server does not tell the encoding, a
-/// collection of at most this many elements (the servers' default limit).
+/// A collection of at most this many elements (the servers' default
+/// listpack limit), or in a compact encoding (listpack, intset) whatever
+/// its size, is answered by the native command at cursor 0: it comes back
+/// whole in one call natively (a small one in few), cheaper than any copy.
 pub const SMALL_COLLECTION: usize = 128;
 
 /// Options of the native commands that not every server has.
@@ -159,7 +159,7 @@ mod tests {
     use super::*;
     use rstest::rstest;
 
-    const OURS: &str = "4611686018427387905"; // 2^62 + 1
+    const OURS: &str = "4503599627370497"; // 2^52 + 1
 
     fn v(args: &[&str]) -> Vec<Vec<u8>> {
         args.iter().map(|a| a.as_bytes().to_vec()).collect()
@@ -196,7 +196,9 @@ mod tests {
     #[rstest]
     #[case::no_cursor(&[])]
     #[case::native_cursor(&["17"])]
-    #[case::native_cursor_below_tag(&["4611686018427387903"])]
+    #[case::native_cursor_below_tag(&["4503599627370495"])]
+    #[case::above_2_53(&["9007199254740992"])]
+    #[case::old_range(&["4611686018427387905"])]
     #[case::above_2_63(&["9223372036854775808"])]
     #[case::bad_cursor(&["x"])]
     #[case::negative(&["-1"])]

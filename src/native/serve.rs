@@ -119,14 +119,17 @@ fn fallback(n: Native, native_args: &[&[u8]], cursor: u64) -> Fallback {
     })
 }
 
-/// Whether the collection at `key` comes back whole in one native call:
-/// kept in a compact encoding (listpack, intset), as the server's limits
-/// say now; where the server does not say, at most [`SMALL_COLLECTION`]
-/// elements (a missing key counts as small: the native reply is empty).
+/// Whether the collection at `key` is answered natively: kept in a
+/// compact encoding (listpack, intset: it comes back whole in one native
+/// call), as the server's limits say now, or at most [`SMALL_COLLECTION`]
+/// elements whatever its encoding (a missing key counts as small: the
+/// native reply is empty).
 fn small(ctx: Ctx, key: &[u8]) -> bool {
     match server::OwnedString::new(ctx, key) {
-        Some(name) => keys::compact(ctx, name.ptr())
-            .unwrap_or_else(|| keys::value_len(ctx, name.ptr()) <= SMALL_COLLECTION),
+        Some(name) => {
+            keys::value_len(ctx, name.ptr()) <= SMALL_COLLECTION
+                || keys::compact(ctx, name.ptr()) == Some(true)
+        }
         None => false,
     }
 }

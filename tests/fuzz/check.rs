@@ -551,7 +551,7 @@ pub fn served(con: &mut Connection, c: &Check, field_expiry: bool) -> Result<(),
         let (c2, keys) = page(reply)?;
         got.extend(keys);
         pages += 1;
-        if c2 != "0" && c2.parse::<u64>().map_or(true, |n| n < 1 << 62) {
+        if c2 != "0" && c2.parse::<u64>().map_or(true, |n| n >> 52 != 1) {
             served_all = false;
         }
         if *flip && pages == 1 {
