@@ -61,16 +61,13 @@ pub fn register_filter<F: CommandFilter>() -> bool {
     !f.is_null()
 }
 
-/// Whether the server has a command named `name` (`COMMAND INFO name`): a
-/// command renamed or removed by `rename-command` has not (OnLoad or main
-/// thread).
-pub fn command_exists(name: &std::ffi::CStr) -> bool {
+/// The reply of `COMMAND <sub> <name>` through the module's own context
+/// (OnLoad or main thread); `None` if the call failed.
+fn command_reply(sub: &std::ffi::CStr, name: &std::ffi::CStr) -> Option<CallReply> {
     let ctx = MODULE_CTX.load(Ordering::Relaxed);
-    let Some(call) = api!(RedisModule_Call) else {
-        return false;
-    };
+    let call = api!(RedisModule_Call)?;
     if ctx.is_null() {
-        return false;
+        return None;
     }
     // SAFETY: ctx is our detached context, used on the main thread; "cc"
     // consumes exactly two C strings.
@@ -79,44 +76,28 @@ pub fn command_exists(name: &std::ffi::CStr) -> bool {
             ctx,
             c"COMMAND".as_ptr(),
             c"cc".as_ptr(),
-            c"INFO".as_ptr(),
+            sub.as_ptr(),
             name.as_ptr(),
         )
     };
-    let Some(r) = CallReply::new(r) else {
-        return false;
-    };
-    let info = super::call::element(r.0, 0);
-    !info.is_null() && super::call::reply_type(info) == raw::REDISMODULE_REPLY_ARRAY
+    CallReply::new(r)
+}
+
+/// Whether the server has a command named `name` (`COMMAND INFO name`): a
+/// command renamed or removed by `rename-command` has not.
+pub fn command_exists(name: &std::ffi::CStr) -> bool {
+    command_reply(c"INFO", name).is_some_and(|r| {
+        let info = super::call::element(r.0, 0);
+        !info.is_null() && super::call::reply_type(info) == raw::REDISMODULE_REPLY_ARRAY
+    })
 }
 
 /// Whether the server's `COMMAND DOCS cmd` names `token` (any case)
 /// anywhere: whether its version of the command has that option
 /// (`ZSCAN ... NOSCORES`: Valkey 8+; `HSCAN ... NOVALUES`: Redis 7.4+,
-/// Valkey 8+). OnLoad or main thread.
+/// Valkey 8+).
 pub fn command_has_token(cmd: &std::ffi::CStr, token: &[u8]) -> bool {
-    let ctx = MODULE_CTX.load(Ordering::Relaxed);
-    let Some(call) = api!(RedisModule_Call) else {
-        return false;
-    };
-    if ctx.is_null() {
-        return false;
-    }
-    // SAFETY: ctx is our detached context, used on the main thread; "cc"
-    // consumes exactly two C strings.
-    let r = unsafe {
-        call(
-            ctx,
-            c"COMMAND".as_ptr(),
-            c"cc".as_ptr(),
-            c"DOCS".as_ptr(),
-            cmd.as_ptr(),
-        )
-    };
-    let Some(r) = CallReply::new(r) else {
-        return false;
-    };
-    mentions(r.0, token, 0)
+    command_reply(c"DOCS", cmd).is_some_and(|r| mentions(r.0, token, 0))
 }
 
 /// Whether a string anywhere in the reply `r` (arrays walked, at most 16

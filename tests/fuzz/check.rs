@@ -515,6 +515,16 @@ pub fn count(con: &mut Connection, dbs: u64) -> Result<(), String> {
     }
 }
 
+/// `CONFIG SET snapshot.serve-native <mode>` (a refusal shows in the check
+/// that follows).
+fn set_serve_native(con: &mut Connection, mode: &str) {
+    let _ = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("snapshot.serve-native")
+        .arg(mode)
+        .query::<Value>(con);
+}
+
 /// The served native commands against truths taken before and after (no
 /// writes meanwhile): every key in both is returned, none in neither; an
 /// iteration served throughout returns each key once. `flip`: the mode is
@@ -524,15 +534,7 @@ pub fn served(con: &mut Connection, c: &Check, field_expiry: bool) -> Result<(),
         unreachable!()
     };
     select(con, *db)?;
-    let _ = raw(
-        con,
-        &[
-            b"CONFIG".to_vec(),
-            b"SET".to_vec(),
-            b"snapshot.serve-native".to_vec(),
-            b"all".to_vec(),
-        ],
-    );
+    set_serve_native(con, "all");
     let before = truth(con)?;
     // SCAN
     let mut got = vec![];
@@ -555,15 +557,7 @@ pub fn served(con: &mut Connection, c: &Check, field_expiry: bool) -> Result<(),
             served_all = false;
         }
         if *flip && pages == 1 {
-            let _ = raw(
-                con,
-                &[
-                    b"CONFIG".to_vec(),
-                    b"SET".to_vec(),
-                    b"snapshot.serve-native".to_vec(),
-                    b"none".to_vec(),
-                ],
-            );
+            set_serve_native(con, "none");
         }
         cursor = c2;
         if cursor == "0" || pages > 1_000_000 {
@@ -571,15 +565,7 @@ pub fn served(con: &mut Connection, c: &Check, field_expiry: bool) -> Result<(),
         }
     }
     if *flip {
-        let _ = raw(
-            con,
-            &[
-                b"CONFIG".to_vec(),
-                b"SET".to_vec(),
-                b"snapshot.serve-native".to_vec(),
-                b"all".to_vec(),
-            ],
-        );
+        set_serve_native(con, "all");
     }
     let keys_reply = command(&[b"KEYS".to_vec(), b"*".to_vec()])
         .query(con)
