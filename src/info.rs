@@ -130,6 +130,11 @@ fn fill(lock: &ServerLock, ctx: InfoCtx) {
     field(ctx, "workers", m.pool.threads() as u64);
     field(ctx, "worker_queue_depth", m.pool.queued() as u64);
     field(ctx, "workers_busy", m.pool.busy() as u64);
+    field(
+        ctx,
+        "blocked_clients",
+        st.blocked_clients.load(Ordering::Relaxed),
+    );
     for (name, v) in crate::native::figures(&m.native) {
         field(ctx, &name, v);
     }

@@ -86,6 +86,10 @@ pub struct Stats {
     pub entries_examined: AtomicU64,
     /// Inline calls refused because the index was too far behind.
     pub scans_busy: AtomicU64,
+    /// Clients blocked by the module now (a SNAPSHOT.* call or a served
+    /// native command waiting for a worker or a sliced copy): a part of
+    /// the server's `blocked_clients` (see `server::blocked`).
+    pub blocked_clients: AtomicU64,
 }
 
 pub struct Shared {

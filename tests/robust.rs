@@ -150,6 +150,37 @@ fn failed_spawns_are_counted_logged_and_retried() {
 
 // --------------------------------------- 2. the main thread's bounded share
 
+/// Issue 26, item 10: a client the module keeps blocked (a cursor 0 waiting
+/// for the indexer) is counted in `snapshot_blocked_clients` beside the
+/// server's `blocked_clients`, and no longer once it has its reply.
+#[test]
+fn clients_blocked_by_the_module_are_counted_apart() {
+    use std::io::{Read, Write};
+    let server = start(ServerOpts::new(), None);
+    let mut con = server.client();
+    hook(&mut con, &["PAUSE-INDEXER", "1"]);
+    let _: Value = query(&mut con, &["DEBUG", "POPULATE", "300000"]).unwrap();
+    assert_eq!(info_u64(&mut con, "snapshot_blocked_clients"), 0);
+    let mut waiting = std::net::TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+    waiting.set_read_timeout(Some(CLIENT_TIMEOUT)).unwrap();
+    waiting
+        .write_all(b"*4\r\n$13\r\nSNAPSHOT.SCAN\r\n$1\r\n0\r\n$5\r\nCOUNT\r\n$1\r\n1\r\n")
+        .unwrap();
+    wait_until(
+        "the call blocked by the module",
+        Duration::from_secs(10),
+        || info_u64(&mut con, "snapshot_blocked_clients") == 1,
+    );
+    assert!(info_section_u64(&mut con, "clients", "blocked_clients") >= 1);
+    hook(&mut con, &["PAUSE-INDEXER", "0"]);
+    let mut first = [0u8; 1];
+    waiting.read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"*", "a SCAN page");
+    wait_until("the client unblocked", Duration::from_secs(10), || {
+        info_u64(&mut con, "snapshot_blocked_clients") == 0
+    });
+}
+
 #[test]
 fn calls_that_cannot_block_answer_tryagain_instead_of_applying_a_big_backlog() {
     let server = start(ServerOpts::new(), None);

@@ -48,6 +48,7 @@ local FIELDS = {
     -- threads
     "snapshot_workers",
     "snapshot_workers_busy",
+    "snapshot_blocked_clients",
     "snapshot_worker_queue_depth",
     "snapshot_thread_restarts",
     "snapshot_thread_failures",

@@ -43,7 +43,7 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> 
         count: usize::MAX,
         budget: usize::MAX,
     };
-    let bc = BlockedReply::block(ctx)
+    let bc = BlockedReply::block(ctx, &m.stats.blocked_clients)
         .ok_or_else(|| CmdError::msg("ERR snapscan: cannot block the client"))?;
     m.on_worker(Box::new(move || {
         let snap = m.snapshot(&req);

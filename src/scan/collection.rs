@@ -234,7 +234,8 @@ fn open(ctx: Ctx, mut call: Call, name: server::OwnedString) -> Result<(), CmdEr
     };
     // A large collection: finish the copy on the main thread, one slice
     // per turn of the event loop, then cut the first page on a worker.
-    let Some(bc) = BlockedReply::block_with(ctx, call.fallback.take()) else {
+    let gauge = &call.m.stats.blocked_clients;
+    let Some(bc) = BlockedReply::block_with(ctx, call.fallback.take(), gauge) else {
         return Err(CmdError::msg("ERR snapscan: cannot block the client"));
     };
     let Some(tctx) = Detached::new() else {
@@ -311,7 +312,8 @@ impl Call {
                     return;
                 }
             }
-            if let Some(bc) = BlockedReply::block_with(ctx, self.fallback.take()) {
+            let gauge = &self.m.stats.blocked_clients;
+            if let Some(bc) = BlockedReply::block_with(ctx, self.fallback.take(), gauge) {
                 self.answer_blocked(bc, source, pos, pages);
                 return;
             }

@@ -204,7 +204,10 @@ pub fn run_with(
                 write_page(&Reply::new(ctx), next, &keys);
                 return Ok(());
             }
-            Err(start) => (BlockedReply::block_with(ctx, fallback), start),
+            Err(start) => (
+                BlockedReply::block_with(ctx, fallback, &m.stats.blocked_clients),
+                start,
+            ),
         }
     };
     match blocked {

@@ -5,6 +5,7 @@ use super::reply::Reply;
 use super::{api, Ctx};
 use redis_module::raw;
 use std::os::raw::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// What answers a blocked client in place of an error (see
 /// [`BlockedReply::block_with`]): run on the main thread, with the server
@@ -21,6 +22,9 @@ pub struct BlockedReply {
     /// Answers the client, on the main thread, where it would otherwise
     /// get an error (see [`BlockedReply::fail`] and the drop).
     fallback: Option<Fallback>,
+    /// The count of clients the module keeps blocked: raised when blocked,
+    /// lowered when unblocked.
+    gauge: &'static AtomicU64,
 }
 
 // SAFETY: the module API allows a blocked-client handle to be used (replied
@@ -48,14 +52,15 @@ pub fn take_blocked_flag() -> bool {
 }
 
 impl BlockedReply {
-    /// Blocks the client of the command context `ctx`. `None` when the
-    /// server cannot block it (the caller then answers synchronously).
+    /// Blocks the client of the command context `ctx`, counted in `gauge`
+    /// until it is unblocked. `None` when the server cannot block it (the
+    /// caller then answers synchronously).
     #[allow(
         clippy::not_unsafe_ptr_arg_deref,
         reason = "ctx is the context the server passed to the running command callback"
     )]
-    pub fn block(ctx: Ctx) -> Option<Self> {
-        Self::block_with(ctx, None)
+    pub fn block(ctx: Ctx, gauge: &'static AtomicU64) -> Option<Self> {
+        Self::block_with(ctx, None, gauge)
     }
 
     /// [`block`](Self::block) with a `fallback` that answers the client
@@ -65,7 +70,11 @@ impl BlockedReply {
         clippy::not_unsafe_ptr_arg_deref,
         reason = "ctx is the context the server passed to the running command callback"
     )]
-    pub fn block_with(ctx: Ctx, fallback: Option<Fallback>) -> Option<Self> {
+    pub fn block_with(
+        ctx: Ctx,
+        fallback: Option<Fallback>,
+        gauge: &'static AtomicU64,
+    ) -> Option<Self> {
         let f = api!(RedisModule_BlockClient)?;
         let bc = if fallback.is_some() {
             // SAFETY: ctx is the live command context; the reply callback
@@ -88,10 +97,12 @@ impl BlockedReply {
             return None;
         }
         BLOCKED.with(|b| b.set(true));
+        gauge.fetch_add(1, Ordering::Relaxed);
         Some(BlockedReply {
             bc,
             replied: false,
             fallback,
+            gauge,
         })
     }
 
@@ -142,6 +153,7 @@ impl Drop for BlockedReply {
                 }),
             }
         }
+        self.gauge.fetch_sub(1, Ordering::Relaxed);
         if let Some(unblock) = api!(RedisModule_UnblockClient) {
             // SAFETY: bc is live and unblocked exactly once, here; privdata
             // is null or a `Box<Option<Fallback>>` that the server hands to

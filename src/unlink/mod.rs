@@ -164,7 +164,7 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> 
         }
     };
     task.reply = Some(
-        BlockedReply::block(ctx)
+        BlockedReply::block(ctx, &m.stats.blocked_clients)
             .ok_or_else(|| CmdError::msg("ERR snapscan: cannot block the client"))?,
     );
     if !task.found.over {
