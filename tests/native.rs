@@ -322,6 +322,84 @@ fn multi_scripts_and_functions_behave_as_native() {
     }
 }
 
+/// Where the filter knows the client (Redis 7.2+, Valkey), a script's,
+/// a function's and a MULTI's SCAN are left alone by it, also after a
+/// served SCAN blocked the client: Valkey 9 runs scripts on pooled
+/// temporary clients, one of which then keeps the caller's id, so the
+/// filter once took a script's call for its caller's and routed it (the
+/// module command ran SCAN natively: right reply, but counted in
+/// `snapshot_native_scan_native` and `cmdstat_snapshot.native-scan`).
+#[test]
+fn scripts_and_multi_after_a_served_call_are_left_alone() {
+    let s = Server::start();
+    if !filter_knows_the_client(&s) {
+        return;
+    }
+    let mut c = s.client();
+    let mut other = s.client();
+    fill(&mut c, "k:", 1000);
+    let lib = "#!lua name=nlib\nredis.register_function{function_name='nscan', callback=function(keys, args) return redis.call('SCAN', args[1], 'COUNT', '5') end, flags={'no-writes'}}";
+    let _: String = query(&mut c, &["FUNCTION", "LOAD", lib]).unwrap();
+    // Every served page blocks its client (no page is small enough to be
+    // answered inline).
+    let _: () = query(&mut c, &["CONFIG", "SET", "snapshot.inline-entries", "0"]).unwrap();
+    set_mode(&mut c, "all");
+    fn routed_calls(c: &mut Connection) -> u64 {
+        let stats = cmd_str(c, &["INFO", "commandstats"]);
+        info_field(&stats, "cmdstat_snapshot.native-scan")
+            .and_then(|v| v.strip_prefix("calls=")?.split(',').next()?.parse().ok())
+            .unwrap_or(0)
+    }
+    type Call = fn(&mut Connection) -> redis::Value;
+    let calls: [(&str, Call); 3] = [
+        ("EVAL", |c| {
+            query(
+                c,
+                &["EVAL", "return redis.call('SCAN', '0', 'COUNT', '5')", "0"],
+            )
+            .unwrap()
+        }),
+        ("FCALL", |c| {
+            query(c, &["FCALL", "nscan", "0", "0"]).unwrap()
+        }),
+        ("MULTI", |c| {
+            let mut p = redis::pipe();
+            p.atomic().cmd("SCAN").arg("0").arg("COUNT").arg("5");
+            p.query(c).unwrap()
+        }),
+    ];
+    for (what, call) in calls {
+        for on_other in [false, true] {
+            let before = served(&mut c, "scan");
+            let _: (String, Vec<String>) = query(&mut c, &["SCAN", "0", "COUNT", "5"]).unwrap();
+            assert_eq!(served(&mut c, "scan"), before + 1, "the SCAN before {what}");
+            let (served0, native0, routed0) = (
+                served(&mut c, "scan"),
+                natively(&mut c, "scan"),
+                routed_calls(&mut c),
+            );
+            let con = if on_other { &mut other } else { &mut c };
+            let v = call(con);
+            assert!(matches!(v, redis::Value::Array(_)), "{what}: {v:?}");
+            assert_eq!(
+                served(&mut c, "scan"),
+                served0,
+                "{what} (other: {on_other})"
+            );
+            assert_eq!(
+                natively(&mut c, "scan"),
+                native0,
+                "{what} routed (other client: {on_other})"
+            );
+            assert_eq!(
+                routed_calls(&mut c),
+                routed0,
+                "{what} routed (other client: {on_other})"
+            );
+        }
+    }
+}
+
 /// Whether the server tells a command filter which client runs the
 /// command (Redis 7.2+, Valkey): ACL decisions are then taken per user.
 fn filter_knows_the_client(s: &Server) -> bool {

@@ -8,6 +8,9 @@
 //! command falls back to the native one inside MULTI and scripts itself.
 //! A command renamed or removed by `rename-command` is never routed: the
 //! server answers its old name as unknown, and its new name natively.
+//! A script's call is known by the server's context flags as well as by
+//! its client: Valkey 9 runs scripts on pooled temporary clients that may
+//! carry the id of a live client (see `script_or_exec_running`).
 
 use super::mode::{self, Native};
 use super::plan;
@@ -59,6 +62,12 @@ impl CommandFilter for Filter {
             return;
         }
         if raw_native::filter_knows_client() {
+            // A script's or function's call (or one made inside EXEC), which
+            // the client id may not show: Valkey 9 runs scripts on pooled
+            // clients that keep the id of a live client they served.
+            if raw_native::script_or_exec_running() {
+                return;
+            }
             let id = call.client_id();
             match client_state(id) {
                 // A script's or a module's own client, or one in MULTI.

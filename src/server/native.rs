@@ -118,6 +118,27 @@ pub fn filter_knows_client() -> bool {
     api!(RedisModule_CommandFilterGetClientId).is_some()
 }
 
+/// Whether a script or function is running, or EXEC is (main thread): a
+/// command filtered now is a script's, or one called by a module from
+/// either. The filter cannot tell by the client id alone: Valkey 9 runs
+/// scripts on the server's pooled temporary clients, and a pooled client
+/// keeps the id of the blocked client whose thread-safe context it was
+/// (RM_GetThreadSafeContext copies that id into it), so a script can run
+/// under the id of a live client, even of its caller.
+pub fn script_or_exec_running() -> bool {
+    let ctx = MODULE_CTX.load(Ordering::Relaxed);
+    let Some(flags) = api!(RedisModule_GetContextFlags) else {
+        return false;
+    };
+    if ctx.is_null() {
+        return false;
+    }
+    // SAFETY: ctx is our detached context, used on the main thread; the
+    // script and EXEC flags are read from the server's state.
+    let f = unsafe { flags(ctx) } as u32;
+    f & (raw::REDISMODULE_CTX_FLAGS_LUA | raw::REDISMODULE_CTX_FLAGS_MULTI) != 0
+}
+
 impl FilterCall {
     /// Arguments of the call, its name included.
     pub fn len(&self) -> usize {
