@@ -114,6 +114,24 @@ fn a_set_then_move_or_copy_db_of_another_key_keeps_the_key(#[case] lines: &[&str
     replay(lines, true);
 }
 
+/// The fuzzer (redis-7.0, serve-native, seed 1000, step 102,737): a
+/// deletion remembered so that its other event does not log it twice
+/// outlived a `SWAPDB` (a failed command fires nothing), and on Redis 7.0,
+/// which has no `Key` event, the next deletion of the same name, now of the
+/// key swapped in, was not logged.
+#[rstest]
+#[case::swapdb(&[
+    "SELECT 2", "SADD k m", "SELECT 1", "SADD k m", "SET s v", "DEL k", "HINCRBY s f 1",
+    "SWAPDB 2 1", "DEL k",
+])]
+#[case::flushdb_other(&[
+    "SELECT 1", "SADD k m", "DEL k", "SELECT 2", "FLUSHDB", "SELECT 1", "SADD k m", "HINCRBY k f 1",
+    "DEL k",
+])]
+fn a_deletion_after_a_swap_is_logged(#[case] lines: &[&str]) {
+    replay(lines, true);
+}
+
 /// Valkey 9.1: `DEBUG RELOAD` inside MULTI fires every key's `loaded` event
 /// with the transaction's database as the selected one: keys of other
 /// databases were indexed in it.

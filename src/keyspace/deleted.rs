@@ -16,13 +16,18 @@ use std::os::raw::c_void;
 
 /// The last key whose deletion was logged by a `Key` event or by a
 /// deletion notification: the other of the two, fired for the same deletion
-/// right after, need not log it again. Every other event forgets it (taken
-/// at the start of each handler), so it never outlives that pair.
+/// right after, need not log it again. Every other keyspace event forgets
+/// it (taken at the start of each handler), and a flush, swap or slot purge
+/// recorded since voids it ([`Shared::bulk_ops`]: server events that take
+/// nothing from it), so it never outlives that pair: a failed command fires
+/// nothing, and a `SWAPDB` right after a `DEL k` left the next deletion of
+/// `k` (another key now, swapped in) unlogged on Redis 7.0, which has no
+/// `Key` event (issue 24, found by the fuzzer).
 /// Main-thread (server lock) state: no mutex, no locked instruction.
 /// (A field of `keyspace::Keyspace`.)
 #[derive(Default)]
 pub struct Deleted {
-    last_gone: LockedCell<Option<(usize, Key)>>,
+    last_gone: LockedCell<Option<(usize, Key, u64)>>,
 }
 
 impl Deleted {
@@ -31,11 +36,12 @@ impl Deleted {
         self.last_gone.take(lock);
     }
 
-    /// Takes the remembered deletion; whether it was `name` in `db`.
-    pub fn take_gone(&self, lock: &ServerLock, db: usize, name: &[u8]) -> bool {
+    /// Takes the remembered deletion; whether it was `name` in `db`, with
+    /// no flush, swap or slot purge recorded since.
+    pub fn take_gone(&self, lock: &ServerLock, m: &Shared, db: usize, name: &[u8]) -> bool {
         self.last_gone
             .take(lock)
-            .is_some_and(|(d, k)| d == db && k.as_bytes() == name)
+            .is_some_and(|(d, k, bulk)| d == db && k.as_bytes() == name && bulk == m.bulk_ops())
     }
 
     /// Logs that `name` in `db` is gone, unless the other event of the same
@@ -45,7 +51,8 @@ impl Deleted {
             return;
         }
         let key = Key::new(name);
-        self.last_gone.replace(lock, Some((db, key.clone())));
+        self.last_gone
+            .replace(lock, Some((db, key.clone(), m.bulk_ops())));
         m.push(Op::Set(db, key, None));
     }
 }
@@ -86,7 +93,7 @@ fn on_key_unlinked(
     if ks.idle.dropped(lock) {
         return m.watches.bump(db, name); // no index to keep
     }
-    let already = ks.deleted.take_gone(lock, db, name);
+    let already = ks.deleted.take_gone(lock, m, db, name);
     ks.tracking.key_deleted(lock, db, name);
     m.watches.bump(db, name);
     match subevent {

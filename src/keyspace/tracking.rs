@@ -390,7 +390,7 @@ pub fn on_keyspace_event(
     let name = server::string_bytes(key);
     // A deletion the `Key` event just logged (see unlink.rs); taken by
     // every notification, so it never outlives the pair.
-    let gone = ks.deleted.take_gone(lock, db, name);
+    let gone = ks.deleted.take_gone(lock, m, db, name);
     if type_ & raw::REDISMODULE_NOTIFY_LOADED != 0 {
         // RDB loading: no execution units, and the name may live on the
         // server's stack; read the key now through a heap copy. (A `DEBUG
