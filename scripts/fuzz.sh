@@ -47,17 +47,19 @@ cargo test --release --test fuzz --no-run
 
 # One server: every mode, one after the other (one test each).
 fuzz_server() {
-    local name="$1" path rc=0
+    local name="$1" path rc=0 mode_rc
     path=$(scripts/servers.sh "$name")
     for mode in "${modes[@]}"; do
+        mode_rc=0
         SNAPSCAN_SERVER="$path" SNAPSCAN_SERVER_NAME="$name" \
         SNAPSCAN_FUZZ_MODES="$mode" SNAPSCAN_FUZZ_SEEDS="$seeds" SNAPSCAN_FUZZ_STEPS="$steps" \
         SNAPSCAN_FUZZ_SECONDS=$((minutes * 60)) SNAPSCAN_FUZZ_REPORT="$report" \
             timeout -k 30 $((minutes * 60 + 600)) \
             cargo test --release --test fuzz -- --test-threads=1 --nocapture fuzz_ \
-            > "target/fuzz-$name-$mode.log" 2>&1 || rc=1
+            > "target/fuzz-$name-$mode.log" 2>&1 || mode_rc=1
         grep -E '^fuzz: |fuzz: server=' "target/fuzz-$name-$mode.log" | sed 's/.*fuzz: /fuzz: /' || true
-        if ((rc)); then
+        if ((mode_rc)); then
+            rc=1
             echo "fuzz.sh: $name $mode FAILED (target/fuzz-$name-$mode.log)"
             grep -A40 'fuzz failure' "target/fuzz-$name-$mode.log" | head -60 || true
         fi

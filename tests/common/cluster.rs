@@ -606,8 +606,21 @@ impl Asm {
 
     /// Starts moving slots `a..=b` from node `from` to node `to`.
     pub fn start(self, c: &Cluster, from: usize, to: usize, a: u16, b: u16) {
+        self.try_start(c, from, to, a, b)
+            .expect("the migration starts with snapscan loaded");
+    }
+
+    /// [`start`](Self::start), the server's refusal returned.
+    pub fn try_start(
+        self,
+        c: &Cluster,
+        from: usize,
+        to: usize,
+        a: u16,
+        b: u16,
+    ) -> RedisResult<Value> {
         let (a, b) = (a.to_string(), b.to_string());
-        let _: Value = match self {
+        match self {
             Asm::Redis => query(
                 &mut c.nodes[to].client(),
                 &["CLUSTER", "MIGRATION", "IMPORT", &a, &b],
@@ -625,7 +638,6 @@ impl Asm {
                 ],
             ),
         }
-        .expect("the migration starts with snapscan loaded");
     }
 
     /// Cancels the migration (on the node that started it).

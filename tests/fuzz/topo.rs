@@ -103,6 +103,25 @@ fn q(s: &Server, args: &[&str]) -> redis::RedisResult<Value> {
     query(&mut s.client(), args)
 }
 
+/// `f` again while the server says a slot migration is still winding down
+/// (a finished or cancelled atomic migration's last steps, a trim), for at
+/// most [`TOPOLOGY_TIMEOUT`]; panics with the last refusal.
+fn when_settled(what: &str, mut f: impl FnMut() -> redis::RedisResult<Value>) {
+    let deadline = std::time::Instant::now() + TOPOLOGY_TIMEOUT;
+    loop {
+        match f() {
+            Ok(_) => return,
+            Err(e)
+                if std::time::Instant::now() < deadline
+                    && e.to_string().to_lowercase().contains("migrat") =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => panic!("{what}: {e}"),
+        }
+    }
+}
+
 /// Runs `op`, its writes interleaved; returns once the cluster is stable.
 pub fn run(t: &mut Target, op: &Op) {
     match op.kind {
@@ -127,16 +146,18 @@ fn reshard(t: &mut Target, op: &Op) {
     };
     {
         let c = t.cluster().expect("a cluster");
-        q(
-            &c.nodes[op.to],
-            &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id],
-        )
-        .expect("IMPORTING");
-        q(
-            &c.nodes[op.from],
-            &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id],
-        )
-        .expect("MIGRATING");
+        when_settled("IMPORTING", || {
+            q(
+                &c.nodes[op.to],
+                &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id],
+            )
+        });
+        when_settled("MIGRATING", || {
+            q(
+                &c.nodes[op.from],
+                &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id],
+            )
+        });
     }
     write_stage(t, op, 0);
     for round in 0..200 {
@@ -184,7 +205,9 @@ fn atomic(t: &mut Target, op: &Op) {
         if cancel {
             asm.hold(&c.nodes[op.from], true);
         }
-        asm.start(c, op.from, op.to, op.slot, op.slot);
+        when_settled("the atomic migration's start", || {
+            asm.try_start(c, op.from, op.to, op.slot, op.slot)
+        });
     }
     for i in 0..5 {
         write_stage(t, op, i);
