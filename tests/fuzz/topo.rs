@@ -103,6 +103,13 @@ fn q(s: &Server, args: &[&str]) -> redis::RedisResult<Value> {
     query(&mut s.client(), args)
 }
 
+/// Whether a refusal says a slot migration or import is still under way
+/// (Redis 8.6: "... active atomic slot migration ..."; Valkey 9.1: "Slot
+/// import in progress.").
+fn winding_down(e: &str) -> bool {
+    e.contains("migrat") || e.contains("in progress")
+}
+
 /// `f` again while the server says a slot migration is still winding down
 /// (a finished or cancelled atomic migration's last steps, a trim), for at
 /// most [`TOPOLOGY_TIMEOUT`]; panics with the last refusal.
@@ -113,7 +120,7 @@ fn when_settled(what: &str, mut f: impl FnMut() -> redis::RedisResult<Value>) {
             Ok(_) => return,
             Err(e)
                 if std::time::Instant::now() < deadline
-                    && e.to_string().to_lowercase().contains("migrat") =>
+                    && winding_down(&e.to_string().to_lowercase()) =>
             {
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
