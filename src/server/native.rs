@@ -176,50 +176,64 @@ impl FilterCall {
     /// replaced by each of `names` (`None`: the server cannot say).
     pub fn acl_allows_all(&self, id: u64, names: &[&[u8]]) -> Option<bool> {
         let user_name = api!(RedisModule_GetClientUserNameById)?;
-        let from_name = api!(RedisModule_GetModuleUserFromUserName)?;
-        let free_user = api!(RedisModule_FreeModuleUser)?;
         let check = api!(RedisModule_ACLCheckCommandPermissions)?;
         let arg = api!(RedisModule_CommandFilterArgGet)?;
-        let free = api!(RedisModule_FreeString)?;
         let ctx = MODULE_CTX.load(Ordering::Relaxed);
         if ctx.is_null() {
             return None;
         }
         // SAFETY: ctx is our detached context (no automatic memory), on
-        // the main thread; the name string is ours and freed below.
+        // the main thread; the name string is ours, freed by `as_user`.
         let uname = unsafe { user_name(ctx, id) };
-        if uname.is_null() {
-            return None;
-        }
-        // SAFETY: uname is a live string; the user handle is ours, freed below.
-        let user = unsafe { from_name(uname) };
-        // SAFETY: created above, not registered for automatic memory: freed once.
-        unsafe { free(ctx, uname) };
-        if user.is_null() {
-            return None;
-        }
-        let argc = self.len();
-        let mut allowed = Some(true);
-        for name in names {
-            let ok = OwnedString::new(std::ptr::null_mut(), name).map(|name| {
-                let mut argv: Vec<*mut raw::RedisModuleString> = Vec::with_capacity(argc.max(1));
-                argv.push(name.ptr());
-                // SAFETY: the filter context is live; positions 1..argc exist
-                // and their strings live for the whole callback.
-                argv.extend((1..argc).map(|i| unsafe { arg(self.0, i as c_int) }));
-                // SAFETY: user is a live module user; argv holds argc live strings.
-                (unsafe { check(user, argv.as_mut_ptr(), argv.len() as c_int) })
-                    == raw::REDISMODULE_OK as c_int
-            });
-            if ok != Some(true) {
-                allowed = ok;
-                break;
+        as_user(ctx, uname, |user| {
+            let argc = self.len();
+            let mut allowed = Some(true);
+            for name in names {
+                let ok = OwnedString::new(std::ptr::null_mut(), name).map(|name| {
+                    let mut argv: Vec<*mut raw::RedisModuleString> =
+                        Vec::with_capacity(argc.max(1));
+                    argv.push(name.ptr());
+                    // SAFETY: the filter context is live; positions 1..argc exist
+                    // and their strings live for the whole callback.
+                    argv.extend((1..argc).map(|i| unsafe { arg(self.0, i as c_int) }));
+                    // SAFETY: user is a live module user; argv holds argc live strings.
+                    (unsafe { check(user, argv.as_mut_ptr(), argv.len() as c_int) })
+                        == raw::REDISMODULE_OK as c_int
+                });
+                if ok != Some(true) {
+                    allowed = ok;
+                    break;
+                }
             }
-        }
-        // SAFETY: the user handle created above, freed once.
-        unsafe { free_user(user) };
-        allowed
+            allowed
+        })?
     }
+}
+
+/// Runs `f` with the module user named `uname` (a string created for the
+/// caller, or NULL), then frees both; `None` when there is no such user.
+fn as_user<R>(
+    ctx: Ctx,
+    uname: *mut raw::RedisModuleString,
+    f: impl FnOnce(*mut raw::RedisModuleUser) -> R,
+) -> Option<R> {
+    let from_name = api!(RedisModule_GetModuleUserFromUserName)?;
+    let free_user = api!(RedisModule_FreeModuleUser)?;
+    let free = api!(RedisModule_FreeString)?;
+    if uname.is_null() {
+        return None;
+    }
+    // SAFETY: uname is a live string; the user handle is ours, freed below.
+    let user = unsafe { from_name(uname) };
+    // SAFETY: uname was created for the caller (no automatic memory): freed once.
+    unsafe { free(ctx, uname) };
+    if user.is_null() {
+        return None;
+    }
+    let r = f(user);
+    // SAFETY: the user handle created above, freed once.
+    unsafe { free_user(user) };
+    Some(r)
 }
 
 /// Runs the native command `cmd` with `args` as the caller's own call
@@ -244,50 +258,38 @@ pub fn forward(ctx: Ctx, cmd: &std::ffi::CStr, args: &[&[u8]]) -> Result<(), Str
 )]
 pub fn caller_refused_logged(ctx: Ctx, cmd: &[u8], args: &[&[u8]]) -> Option<bool> {
     let current = api!(RedisModule_GetCurrentUserName)?;
-    let from_name = api!(RedisModule_GetModuleUserFromUserName)?;
-    let free_user = api!(RedisModule_FreeModuleUser)?;
     let check = api!(RedisModule_ACLCheckCommandPermissions)?;
-    let free = api!(RedisModule_FreeString)?;
     // SAFETY: ctx is the live command context; the name string is ours,
-    // freed below.
+    // freed by `as_user`.
     let uname = unsafe { current(ctx) };
-    if uname.is_null() {
-        return None;
-    }
-    // SAFETY: uname is a live string; the user handle is ours, freed below.
-    let user = unsafe { from_name(uname) };
-    // SAFETY: created above for us (no automatic memory): freed once.
-    unsafe { free(ctx, uname) };
-    if user.is_null() {
-        return None;
-    }
-    let strings: Option<Vec<OwnedString>> = std::iter::once(cmd)
-        .chain(args.iter().copied())
-        .map(|a| OwnedString::new(ctx, a))
-        .collect();
-    let refused = strings.map(|strings| {
-        let mut argv: Vec<*mut raw::RedisModuleString> = strings.iter().map(|s| s.ptr()).collect();
-        // SAFETY: user is a live module user; argv holds live strings.
-        let refused = (unsafe { check(user, argv.as_mut_ptr(), argv.len() as c_int) })
-            != raw::REDISMODULE_OK as c_int;
-        if refused {
-            if let Some(log) = api!(RedisModule_ACLAddLogEntry) {
-                // SAFETY: ctx, user and the command name string are live.
-                unsafe {
-                    log(
-                        ctx,
-                        user,
-                        argv[0],
-                        raw::RedisModuleACLLogEntryReason_REDISMODULE_ACL_LOG_CMD,
-                    )
-                };
+    as_user(ctx, uname, |user| {
+        let strings: Option<Vec<OwnedString>> = std::iter::once(cmd)
+            .chain(args.iter().copied())
+            .map(|a| OwnedString::new(ctx, a))
+            .collect();
+        let refused = strings.map(|strings| {
+            let mut argv: Vec<*mut raw::RedisModuleString> =
+                strings.iter().map(|s| s.ptr()).collect();
+            // SAFETY: user is a live module user; argv holds live strings.
+            let refused = (unsafe { check(user, argv.as_mut_ptr(), argv.len() as c_int) })
+                != raw::REDISMODULE_OK as c_int;
+            if refused {
+                if let Some(log) = api!(RedisModule_ACLAddLogEntry) {
+                    // SAFETY: ctx, user and the command name string are live.
+                    unsafe {
+                        log(
+                            ctx,
+                            user,
+                            argv[0],
+                            raw::RedisModuleACLLogEntryReason_REDISMODULE_ACL_LOG_CMD,
+                        )
+                    };
+                }
             }
-        }
+            refused
+        });
         refused
-    });
-    // SAFETY: the user handle created above, freed once.
-    unsafe { free_user(user) };
-    refused
+    })?
 }
 
 #[allow(
