@@ -267,17 +267,6 @@ fn load_quiet_database(server: &Server) -> Vec<String> {
     keys
 }
 
-/// Glob with `*` and `?` only (the patterns these tests use).
-fn glob(p: &[u8], s: &[u8]) -> bool {
-    match (p.first(), s.first()) {
-        (None, None) => true,
-        (Some(b'*'), _) => glob(&p[1..], s) || (!s.is_empty() && glob(p, &s[1..])),
-        (Some(b'?'), Some(_)) => glob(&p[1..], &s[1..]),
-        (Some(a), Some(b)) if a == b => glob(&p[1..], &s[1..]),
-        _ => false,
-    }
-}
-
 /// The lines of a tool's output as a set; panics on a repeated line (a key
 /// returned twice: no native SCAN does that on a quiet database).
 fn line_set(out: &str, what: &str) -> BTreeSet<String> {

@@ -782,3 +782,15 @@ pub fn assert_oldest_ended_newest_goes_on(con: &mut Connection, cursors: &[Strin
         query(con, &["SNAPSHOT.SCAN", newest, "COUNT", "3"]).unwrap();
     assert_eq!(page.len(), 3, "the newest iteration goes on");
 }
+
+/// Glob with `*` and `?` only, on bytes: the expected side of the patterns
+/// tests use (the module's own matcher is what they check).
+pub fn glob(p: &[u8], s: &[u8]) -> bool {
+    match (p.first(), s.first()) {
+        (None, None) => true,
+        (Some(b'*'), _) => glob(&p[1..], s) || (!s.is_empty() && glob(p, &s[1..])),
+        (Some(b'?'), Some(_)) => glob(&p[1..], &s[1..]),
+        (Some(a), Some(b)) if a == b => glob(&p[1..], &s[1..]),
+        _ => false,
+    }
+}

@@ -184,17 +184,6 @@ fn page(v: Value) -> Result<(String, Vec<Vec<u8>>), String> {
     Ok((cursor, items))
 }
 
-/// Glob match for the fuzzer's own patterns (`*`, `?`, literal bytes).
-pub fn glob(p: &[u8], s: &[u8]) -> bool {
-    match (p.first(), s.first()) {
-        (None, None) => true,
-        (Some(b'*'), _) => glob(&p[1..], s) || (!s.is_empty() && glob(p, &s[1..])),
-        (Some(b'?'), Some(_)) => glob(&p[1..], &s[1..]),
-        (Some(a), Some(b)) if a == b => glob(&p[1..], &s[1..]),
-        _ => false,
-    }
-}
-
 fn show(k: &[u8]) -> String {
     quote(k)
 }
