@@ -655,6 +655,42 @@ impl Asm {
         .expect("cancel");
     }
 
+    /// Redis: cancels the source's side too. A cancel on the destination
+    /// does not stop the source's task at once (it notices the closed link
+    /// later), and while it is active the source refuses every other slot
+    /// migration. Valkey's cancel, on the source, already ends both sides.
+    pub fn cancel_source(self, c: &Cluster, from: usize) {
+        if self == Asm::Redis {
+            let _: Value = query(
+                &mut c.nodes[from].client(),
+                &["CLUSTER", "MIGRATION", "CANCEL", "ALL"],
+            )
+            .expect("cancel on the source");
+        }
+    }
+
+    /// Whether a listed state is a finished migration's.
+    fn finished(state: &str) -> bool {
+        ["canceled", "cancelled", "failed", "completed", "success"].contains(&state)
+    }
+
+    /// Polls `node` (no sleep) until none of its migrations of `range` is
+    /// still active (none listed counts as settled).
+    pub fn wait_settled(self, node: &Server, range: &str) {
+        let deadline = Instant::now() + TOPOLOGY_TIMEOUT;
+        loop {
+            let now = self.states(node, range);
+            if now.iter().all(|s| Self::finished(s)) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "migration {range} still active on port {}: {now:?}",
+                node.port()
+            );
+        }
+    }
+
     /// The states of the migrations of `range` ("a-b") that `node` lists.
     pub fn states(self, node: &Server, range: &str) -> Vec<String> {
         let mut c = node.client();

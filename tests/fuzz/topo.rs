@@ -230,6 +230,8 @@ fn atomic(t: &mut Target, op: &Op) {
             &["canceled", "cancelled", "failed", asm.done_state()],
         );
         asm.hold(&c.nodes[op.from], false);
+        asm.cancel_source(c, op.from);
+        asm.wait_settled(&c.nodes[op.from], &range);
     } else {
         asm.wait(&c.nodes[op.to], &range, &[asm.done_state()]);
         asm.wait(&c.nodes[op.from], &range, &[asm.done_state()]);
