@@ -14,7 +14,8 @@
 #   --only LIST      comma-separated scenarios, by name or number:
 #                    1 interference, 2 percall, 3 invalidation, 4 hscan,
 #                    5 memory, 6 writes, 7 scale, 8 large, 9 pinned, 10 unlink,
-#                    11 native (the native commands served from snapshots, issue 18)
+#                    11 native (the native commands served from snapshots, issue 18),
+#                    12 survival (whole iterations under a write load, issue 25)
 #   --server-cpus LIST  pin every server to these CPUs (taskset's list format, e.g. 0-5)
 #   --load-cpus LIST    pin the load generators, scanners and probes to these (e.g. 6-15);
 #                    the two lists must not overlap. For many-core machines.

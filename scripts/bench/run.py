@@ -4,7 +4,7 @@
 
 SCENARIOS: comma-separated names or numbers (1 interference, 2 percall,
 3 invalidation, 4 hscan, 5 memory, 6 writes, 7 scale, 8 large, 9 pinned, 10 unlink,
-11 native).
+11 native, 12 survival).
 """
 
 import argparse
@@ -22,7 +22,8 @@ import lib  # noqa: E402
 from lib import Ctx, Results, Sclient, install_signal_handlers, loadavg, log, stop_all  # noqa: E402
 
 MODULES = ["s1_interference", "s2_percall", "s3_invalidation", "s4_hscan", "s5_memory",
-           "s6_writes", "s7_scale", "s8_large", "s9_pinned", "s10_unlink", "s11_native"]
+           "s6_writes", "s7_scale", "s8_large", "s9_pinned", "s10_unlink", "s11_native",
+           "s12_survival"]
 
 
 def select(only, large):
