@@ -331,7 +331,7 @@ pub static CONFIGS: &[Spec] = &[
     int(
         "max-retained-percent",
         |c| &c.max_retained_percent,
-        50,
+        100,
         0,
         1_000_000,
     ),

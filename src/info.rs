@@ -70,6 +70,8 @@ fn fill(lock: &ServerLock, ctx: InfoCtx) {
         m.cursors.groups_except(&versions) as u64,
     );
     field(ctx, "retained_bytes", state::retained_bytes(m) as u64);
+    field(ctx, "history_entries", f.history_entries as u64);
+    field(ctx, "history_bytes", f.history_bytes as u64);
     let (limit, source) = state::retained_limit(m);
     field(ctx, "retained_limit_bytes", limit as u64);
     ffi_info::field_str(ctx, "retained_limit_source", source.name());
@@ -123,6 +125,11 @@ fn fill(lock: &ServerLock, ctx: InfoCtx) {
         ctx,
         "scans_refused_busy",
         st.scans_busy.load(Ordering::Relaxed),
+    );
+    field(
+        ctx,
+        "opens_refused_memory",
+        st.opens_refused_memory.load(Ordering::Relaxed),
     );
     field(ctx, "thread_restarts", m.threads.restarts());
     field(ctx, "thread_failures", m.threads.failures());

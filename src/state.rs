@@ -86,6 +86,9 @@ pub struct Stats {
     pub entries_examined: AtomicU64,
     /// Inline calls refused because the index was too far behind.
     pub scans_busy: AtomicU64,
+    /// Iterations not opened because old versions were near their limit
+    /// (SNAPSHOT.SCAN's `TRYAGAIN`, a served SCAN run natively).
+    pub opens_refused_memory: AtomicU64,
     /// Clients blocked by the module now (a SNAPSHOT.* call or a served
     /// native command waiting for a worker or a sliced copy): a part of
     /// the server's `blocked_clients` (see `server::blocked`).
@@ -485,6 +488,19 @@ pub fn retained_limit(m: &Shared) -> (usize, config::RetainedSource) {
     m.config.retained_limit(m.live.live_node_bytes(), peak)
 }
 
+/// Whether a new iteration must not open because old versions hold three
+/// quarters of their limit or more (see [`bound_retained`]): what gives
+/// first at the limit is a new iteration, not one half done. Returns the
+/// retained bytes and the limit's source when refused.
+pub fn refuse_opening(m: &Shared) -> Option<(usize, config::RetainedSource)> {
+    let (cap, why) = retained_limit(m);
+    let retained = retained_bytes(m);
+    (cap > 0 && retained as u128 * 4 >= cap as u128 * 3).then(|| {
+        Shared::bump(&m.stats.opens_refused_memory, 1);
+        (retained, why)
+    })
+}
+
 /// Keeps the bytes held by old versions within [`retained_limit`]
 /// (`snapshot.max-retained-bytes`, `snapshot.max-retained-percent` of the
 /// index's peak): first by dropping the copies kept for retries, then by
@@ -511,6 +527,8 @@ pub fn bound_retained(m: &Shared) {
         let spent = m.cursors.drop_spent();
         if !spent.is_empty() {
             drop(spent);
+            m.live
+                .collect_history(&|maps: Vec<KeyMap>| m.dispose_maps(maps));
             continue;
         }
         let open = m.cursors.stats().open;
@@ -525,6 +543,11 @@ pub fn bound_retained(m: &Shared) {
             return;
         }
         drop(ended);
+        // What only they needed of the undo logs goes now, before the
+        // next measurement (else more iterations would be ended for
+        // memory the collector was about to free).
+        m.live
+            .collect_history(&|maps: Vec<KeyMap>| m.dispose_maps(maps));
     }
 }
 

@@ -32,7 +32,7 @@ does not have is reported missing, never read as 0), against the index's size
 
 Goal: every iteration completes, no duplicates, peak module heap <= 2 x the
 index. Sizes: 1M and, if not --quick and memory allows, 10M keys (--quick:
-200k). SNAPSCAN_SURVIVAL_SEARCH=1 then repeats the first size (1M; --quick:
+200k; env SNAPSCAN_SURVIVAL_KEYS=1000000,... chooses). SNAPSCAN_SURVIVAL_SEARCH=1 then repeats the first size (1M; --quick:
 200k) at 1k, 2k, 5k, 10k, 20k and 50k writes/s and reports the largest rate at
 which every iteration completed.
 
@@ -60,7 +60,8 @@ VALUE = "x" * 16
 SEARCH_RATES = [1000, 2000, 5000, 10000, 20000, 50000]
 KINDS = ["fast", "slow", "native"]
 # INFO snapshot fields the sampler keeps the peak of (without the snapshot_ prefix).
-PEAK_FIELDS = ["module_heap_bytes", "retained_bytes", "retained_versions", "index_memory_bytes"]
+PEAK_FIELDS = ["module_heap_bytes", "retained_bytes", "retained_versions", "index_memory_bytes",
+               "history_entries", "history_bytes"]
 
 
 def rate_from_env():
@@ -454,7 +455,9 @@ def report(ctx, m, label, record_targets=True):
         f"peak heap {mib(peak_heap)} (" + (f"{ratio:.2f}x the index" if ratio is not None
                                           else "ratio n/a") +
         f"), peak retained {mib(peak_ret)}, peak retained versions "
-        f"{smp.get('retained_versions') if smp.get('retained_versions') is not None else 'missing'}"
+        f"{smp.get('retained_versions') if smp.get('retained_versions') is not None else 'missing'}, "
+        f"peak undo entries {fmt(smp.get('history_entries')) if smp.get('history_entries') is not None else 'missing'} "
+        f"({mib(smp.get('history_bytes'))})"
         f" ({smp.samples} INFO samples, longest gap {smp.max_gap:.2f}s)")
     if smp.missing:
         log(f"  INFO fields missing on this server: "
@@ -508,7 +511,10 @@ def report(ctx, m, label, record_targets=True):
 def run(ctx):
     rate = rate_from_env()
     sizes = [ctx.pick(200_000, 1_000_000)]
-    if not ctx.quick:
+    chosen = os.environ.get("SNAPSCAN_SURVIVAL_KEYS", "").strip()
+    if chosen:
+        sizes = [int(x) for x in chosen.split(",") if x.strip()]
+    elif not ctx.quick:
         need_kb = 10_000_000 * 400 // 1024  # server, index, retained versions, the scanners' maps
         if mem_available_kb() > need_kb:
             sizes.append(10_000_000)

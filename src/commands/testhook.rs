@@ -60,7 +60,7 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> 
         let db = crate::server::selected_db(ctx);
         let snap = m.snapshot(&m.open(db, 0));
         let r = Reply::new(ctx);
-        match snap.map.get(arg) {
+        match snap.get(arg) {
             None => r.long(-2),
             Some(meta) => {
                 r.array(2);

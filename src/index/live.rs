@@ -57,6 +57,9 @@ const POLL: Duration = Duration::from_millis(2);
 /// batch, after which an applier hands the index over to a waiting thread
 /// (a few tens of microseconds).
 const SMALL_BATCH: usize = 64;
+/// Undo entries the collector examines after every batch, at least (see
+/// `history::Undo::collect`).
+const COLLECT_MIN: usize = 256;
 
 /// A snapshot requested at a position of the log.
 pub struct OpenRequest {
@@ -154,6 +157,10 @@ pub struct Figures {
     /// Bytes of the tree nodes reachable from the live maps (the rest of
     /// [`super::tree::all_node_bytes`] is held by old versions).
     pub live_node_bytes: usize,
+    /// Entries of the undo logs (old values kept for open snapshots) and
+    /// their node bytes (part of what old versions hold).
+    pub history_entries: usize,
+    pub history_bytes: usize,
 }
 
 impl Figures {
@@ -165,6 +172,8 @@ impl Figures {
             memory_estimate: ks.live_bytes(),
             versions: (0..ks.databases()).map(|db| ks.version(db)).collect(),
             live_node_bytes: ks.live_node_bytes(),
+            history_entries: ks.history_size().0,
+            history_bytes: ks.history_size().1,
         }
     }
 }
@@ -426,13 +435,11 @@ impl Live {
             return;
         }
         let maps: Vec<KeyMap> = {
-            let mut ks = lock(&self.index);
+            let ks = lock(&self.index);
             if self.applied.load(Ordering::SeqCst) < at {
                 return;
             }
-            (0..ks.databases())
-                .map(|db| ks.snapshot(db, 0).map.clone())
-                .collect()
+            (0..ks.databases()).map(|db| ks.live_map(db)).collect()
         };
         for map in &maps {
             let mut it = map.iter();
@@ -830,6 +837,10 @@ impl Live {
             }
         }
         self.cut_due(ks);
+        // The undo logs' collector keeps pace with what was applied (and
+        // goes on when the log is idle: the indexer's polls).
+        ks.collect_history(2 * done + COLLECT_MIN);
+        freed.extend(ks.take_garbage());
         self.changes.fetch_add(changed, Ordering::Relaxed);
         if done > 0 {
             let f = Figures::of(ks, self.applied.load(Ordering::SeqCst));
@@ -841,6 +852,27 @@ impl Live {
             dispose(freed);
         }
         done
+    }
+
+    /// Runs the undo logs' collector through a whole pass (in slices of
+    /// [`BATCH`] entries, the index lock released between two): after
+    /// iterations end, what only they needed is freed before the memory
+    /// is measured again. Off the main thread only.
+    pub fn collect_history(&self, dispose: Dispose) {
+        lock(&self.index).restart_collection();
+        for _ in 0..1_000_000 {
+            let (done, freed) = {
+                let mut ks = lock(&self.index);
+                let done = ks.collect_history(BATCH);
+                (done, ks.take_garbage())
+            };
+            if !freed.is_empty() {
+                dispose(freed);
+            }
+            if done {
+                return;
+            }
+        }
     }
 
     /// Bytes of the live maps' nodes as of the last applied batch.
@@ -926,7 +958,7 @@ mod tests {
         // Everything applied (as the indexer would) before the worker asks.
         drop(live.sync(live.pushed(), NOTHING));
         let snap = live.take(&req, NOTHING);
-        assert_eq!(snap.map.len(), 1, "only the write before the request");
+        assert_eq!(snap.entries(), 1, "only the write before the request");
         let ks = live.sync(live.pushed(), NOTHING);
         assert_eq!((ks.len(0), ks.len(1)), (0, 2));
         drop(ks);
@@ -944,10 +976,10 @@ mod tests {
         live.push(put(0, "b"), NOTHING);
         let r2 = live.open(0, 0);
         // Taken in reverse order: the last one applies everything.
-        assert_eq!(live.take(&r2, NOTHING).map.len(), 2);
-        assert_eq!(live.take(&r1b, NOTHING).map.len(), 1);
-        assert_eq!(live.take(&r1, NOTHING).map.len(), 1);
-        assert_eq!(live.take(&r0, NOTHING).map.len(), 0);
+        assert_eq!(live.take(&r2, NOTHING).entries(), 2);
+        assert_eq!(live.take(&r1b, NOTHING).entries(), 1);
+        assert_eq!(live.take(&r1, NOTHING).entries(), 1);
+        assert_eq!(live.take(&r0, NOTHING).entries(), 0);
     }
 
     #[test]
@@ -970,7 +1002,7 @@ mod tests {
             }
             let snap = live.take(&req, NOTHING);
             assert_eq!(
-                snap.map.len(),
+                snap.entries(),
                 0,
                 "round {round}: exactly the state after the flush"
             );
@@ -988,7 +1020,7 @@ mod tests {
         }
         let req = live.open(0, 0);
         let snap = live.take_within(&req, Duration::ZERO, NOTHING);
-        assert_eq!(snap.map(|s| s.map.len()), Some(10));
+        assert_eq!(snap.map(|s| s.entries()), Some(10));
         assert_eq!(live.backlog(), 0);
     }
 
@@ -1012,7 +1044,7 @@ mod tests {
         // With the backlog gone, the same call succeeds at once.
         let req = live.open(0, 0);
         let snap = live.take_within(&req, Duration::from_millis(1), NOTHING);
-        assert_eq!(snap.map(|s| s.map.len()), Some(200_000));
+        assert_eq!(snap.map(|s| s.entries()), Some(200_000));
     }
 
     #[test]

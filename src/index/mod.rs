@@ -2,15 +2,17 @@
 //!
 //! Pure Rust, no server types. The live maps are written by whoever applies
 //! the operation log ([`live`]: the indexer thread, or a worker cutting a
-//! snapshot); a [`Snapshot`] is an O(1) clone of a map's root that later
-//! writes never change (path copying), so workers walk it without any lock.
-//! See docs/DESIGN.md for why this structure.
+//! snapshot); a [`Snapshot`] is a version that reads the live map through
+//! the database's undo log ([`history`]): opened in O(1), never changed by
+//! later writes, walked by workers without any lock. See docs/DESIGN.md for
+//! why this structure.
 //!
 //! Part of the pure core: may touch only the core (`glob`, `slot`); the
 //! server-lock holder's part of the filter is a [`live::FilterCache`] it
 //! owns and lends.
 
 pub mod filter;
+pub mod history;
 pub mod key;
 pub mod leaf;
 pub mod live;
@@ -40,11 +42,13 @@ pub enum Change {
     Removed,
 }
 
-#[derive(Clone, Default)]
+#[derive(Default)]
 struct DbIndex {
     map: KeyMap,
     /// Bumped on every change; snapshots remember the version they saw.
     version: u64,
+    /// Old values of the keys changed while snapshots are open.
+    undo: history::Undo,
 }
 
 /// Live index of every database.
@@ -54,11 +58,20 @@ struct DbIndex {
 #[derive(Default)]
 pub struct Keyspace {
     dbs: Vec<DbIndex>,
+    /// Undo logs dropped whole (no snapshot left to read them), to be
+    /// freed off the main thread ([`take_garbage`](Self::take_garbage)).
+    garbage: Vec<KeyMap>,
 }
 
-/// A frozen, shareable view of one database at one instant.
+/// A frozen, shareable view of one database at one instant. It holds no
+/// tree of its own: it reads the live map through its history (see
+/// [`history`]), and its [`Pin`](history::Pin) keeps what it needs of the
+/// past.
 pub struct Snapshot {
-    pub map: KeyMap,
+    pin: Arc<history::Pin>,
+    /// The live map's node bytes when the snapshot was cut (the index's
+    /// size as the iteration began).
+    pub index_bytes: usize,
     pub db: usize,
     pub version: u64,
     /// Server clock (Unix ms) at the instant the snapshot was opened: keys
@@ -70,10 +83,32 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// What the snapshot reads now (a page takes one and walks it).
+    pub fn read(&self) -> history::Reader {
+        self.pin.read()
+    }
+
+    /// The key's type and expiry in the snapshot.
+    pub fn get(&self, key: &[u8]) -> Option<Meta> {
+        self.pin.read().get(key)
+    }
+
+    /// The iteration over this snapshot will never read `after` or a key
+    /// before it again (it keeps its last page's start for a retry).
+    pub fn advance(&self, after: &Key) {
+        self.pin.advance(after);
+    }
+
+    /// Entries in the snapshot (tests).
+    #[cfg(test)]
+    pub fn entries(&self) -> usize {
+        self.read().to_vec().len()
+    }
+
     /// Keys alive in the snapshot, in order.
     #[cfg(test)]
     pub fn live_keys(&self) -> Vec<Vec<u8>> {
-        self.map
+        self.read()
             .to_vec()
             .into_iter()
             .filter(|(_, m)| m.alive_at(self.at_ms))
@@ -85,7 +120,8 @@ impl Snapshot {
 impl Keyspace {
     pub fn new(databases: usize) -> Self {
         Keyspace {
-            dbs: vec![DbIndex::default(); databases.max(1)],
+            dbs: (0..databases.max(1)).map(|_| DbIndex::default()).collect(),
+            garbage: Vec::new(),
         }
     }
 
@@ -119,7 +155,7 @@ impl Keyspace {
         at: Option<&tree::Located>,
     ) -> Change {
         let d = self.db_mut(db);
-        let change = match (truth, current) {
+        let (change, old) = match (truth, current) {
             (t, Some(c)) if t == c => return Change::Unchanged,
             (Some(m), Some(c)) => {
                 match at {
@@ -127,29 +163,31 @@ impl Keyspace {
                     None => d.map.insert_changed(key.as_bytes(), m),
                 };
                 if c.is_some() {
-                    Change::Updated
+                    (Change::Updated, c)
                 } else {
-                    Change::Inserted
+                    (Change::Inserted, c)
                 }
             }
             (Some(m), None) => match d.map.insert(key.as_bytes(), m) {
-                None => Change::Inserted,
+                None => (Change::Inserted, None),
                 Some(old) if old == m => return Change::Unchanged,
-                Some(_) => Change::Updated,
+                Some(old) => (Change::Updated, Some(old)),
             },
-            (None, Some(Some(_))) => {
+            (None, Some(c @ Some(_))) => {
                 match at {
                     Some(at) => d.map.remove_located(key.as_bytes(), at),
                     None => d.map.remove_present(key.as_bytes()),
                 };
-                Change::Removed
+                (Change::Removed, c)
             }
             (None, _) => match d.map.remove(key.as_bytes()) {
                 None => return Change::Unchanged,
-                Some(_) => Change::Removed,
+                Some(old) => (Change::Removed, Some(old)),
             },
         };
         d.version += 1;
+        d.undo.record(key.as_bytes(), d.version, old);
+        d.undo.changed(&d.map, d.version);
         change
     }
 
@@ -219,8 +257,10 @@ impl Keyspace {
     /// can drop it off the main thread (it may hold millions of keys).
     pub fn flush(&mut self, db: usize) -> KeyMap {
         let d = self.db_mut(db);
+        let log = d.undo.retire(&d.map, d.version);
         d.version += 1;
-        std::mem::take(&mut d.map)
+        self.garbage.push(log);
+        std::mem::take(&mut self.dbs[db].map)
     }
 
     /// Empties every database; returns the old maps for disposal.
@@ -250,7 +290,8 @@ impl Keyspace {
     ) -> Arc<Snapshot> {
         let d = self.db_mut(db);
         Arc::new(Snapshot {
-            map: d.map.clone(),
+            pin: d.undo.pin(&d.map, d.version),
+            index_bytes: d.map.live_bytes(),
             db,
             version: d.version,
             at_ms,
@@ -276,17 +317,70 @@ impl Keyspace {
                 continue;
             }
             for k in &doomed {
-                if d.map.remove(k).is_some() {
+                if let Some(old) = d.map.remove(k) {
+                    d.undo.record(k, d.version + 1, Some(old));
                     removed += 1;
                 }
             }
             d.version += 1;
+            d.undo.changed(&d.map, d.version);
         }
         removed
     }
 
     pub fn len(&self, db: usize) -> usize {
         self.dbs.get(db).map_or(0, |d| d.map.len())
+    }
+
+    /// A clone of a database's live map, to walk without the lock (it pins
+    /// what later writes copy: hold it briefly).
+    pub fn live_map(&self, db: usize) -> KeyMap {
+        self.dbs.get(db).map(|d| d.map.clone()).unwrap_or_default()
+    }
+
+    /// Runs the undo logs' collector over at most `budget` entries in all
+    /// (see [`history::Undo::collect`]); whether every database's pass
+    /// ended.
+    pub fn collect_history(&mut self, budget: usize) -> bool {
+        let mut left = budget;
+        let mut all_done = true;
+        for d in &mut self.dbs {
+            if d.undo.is_empty() && !d.undo.viewed() {
+                continue;
+            }
+            if left == 0 {
+                all_done = false;
+                continue;
+            }
+            let n = d.undo.len().min(left);
+            let (log, done) = d.undo.collect(n.max(1), d.version);
+            if let Some(log) = log {
+                self.garbage.push(log);
+            }
+            all_done &= done;
+            left = left.saturating_sub(n);
+        }
+        all_done
+    }
+
+    /// Every database's collector starts a new pass (see
+    /// [`history::Undo::restart_collection`]).
+    pub fn restart_collection(&mut self) {
+        for d in &mut self.dbs {
+            d.undo.restart_collection();
+        }
+    }
+
+    /// Undo entries and their node bytes, all databases.
+    pub fn history_size(&self) -> (usize, usize) {
+        self.dbs
+            .iter()
+            .fold((0, 0), |(n, b), d| (n + d.undo.len(), b + d.undo.bytes()))
+    }
+
+    /// Maps dropped by the index, to free off the main thread.
+    pub fn take_garbage(&mut self) -> Vec<KeyMap> {
+        std::mem::take(&mut self.garbage)
     }
 
     pub fn version(&self, db: usize) -> u64 {

@@ -1,7 +1,7 @@
 //! Unit and property tests of the index and its MVCC rules.
 
 use super::meta::{HASH, STRING};
-use super::walk::{walk, ScanSpec};
+use super::walk::{walk_snapshot_at, ScanSpec};
 use super::*;
 use crate::glob::Pattern;
 use proptest::prelude::*;
@@ -27,7 +27,7 @@ fn full(snap: &Snapshot, s: &ScanSpec) -> (Vec<Vec<u8>>, Vec<usize>) {
     let mut pages = Vec::new();
     let mut after: Option<Key> = None;
     for _ in 0..1_000_000 {
-        let p = walk(&snap.map, snap.at_ms, after.as_ref(), s);
+        let p = walk_snapshot_at(snap, snap.at_ms, after.as_ref(), s);
         pages.push(p.keys.len());
         out.extend(p.keys.iter().map(|k| k.as_bytes().to_vec()));
         match p.resume_after {
@@ -75,7 +75,11 @@ fn snapshot_is_isolated_from_later_writes_flush_and_swap() {
     ks.swap(0, 1);
     ks.flush_all();
     assert_eq!(snap.live_keys().len(), 1000);
-    assert!(snap.map.to_vec().iter().all(|(_, v)| v.type_id() == STRING));
+    assert!(snap
+        .read()
+        .to_vec()
+        .iter()
+        .all(|(_, v)| v.type_id() == STRING));
     assert_eq!(ks.total_keys(), 0);
 }
 
@@ -126,7 +130,7 @@ fn budget_bounds_the_work_of_one_call() {
     }
     let snap = ks.snapshot(0, 0);
     let s = spec(Some(b"*999"), 10, 100);
-    let p = walk(&snap.map, 0, None, &s);
+    let p = walk_snapshot_at(&snap, 0, None, &s);
     assert_eq!(p.examined, 100);
     assert!(p.keys.is_empty() && p.resume_after.is_some());
     let (keys, _) = full(&snap, &s);
@@ -142,12 +146,7 @@ fn prefix_pattern_visits_only_the_prefix_range() {
         }
     }
     let snap = ks.snapshot(0, 0);
-    let p = walk(
-        &snap.map,
-        0,
-        None,
-        &spec(Some(b"user:42:*"), 100, 1_000_000),
-    );
+    let p = walk_snapshot_at(&snap, 0, None, &spec(Some(b"user:42:*"), 100, 1_000_000));
     assert_eq!(p.keys.len(), 10);
     assert_eq!(p.examined, 10, "must not look outside the prefix");
     assert!(p.resume_after.is_none());
@@ -217,7 +216,7 @@ proptest! {
             let want_keys: Vec<Vec<u8>> = want.keys().cloned().collect();
             prop_assert_eq!(keys, want_keys);
             for (k, t) in want {
-                prop_assert_eq!(snap.map.get(k).map(|mm| mm.type_id()), Some(*t));
+                prop_assert_eq!(snap.get(k).map(|mm| mm.type_id()), Some(*t));
             }
         }
         prop_assert_eq!(ks.len(0), model.len());
@@ -265,7 +264,7 @@ proptest! {
         }
         prop_assert_eq!(changed, want);
         for db in 0..3 {
-            prop_assert_eq!(a.snapshot(db, 0).map.to_vec(), b.snapshot(db, 0).map.to_vec());
+            prop_assert_eq!(a.snapshot(db, 0).read().to_vec(), b.snapshot(db, 0).read().to_vec());
         }
     }
 }
@@ -298,7 +297,7 @@ proptest! {
         let mut snaps = Vec::new();
         for (n, part) in run.chunks(chunk).enumerate() {
             if snap_every > 0 && n % (snap_every / chunk + 1) == 0 {
-                snaps.push((a.snapshot(0, 0), b.snapshot(0, 0).map.to_vec()));
+                snaps.push((a.snapshot(0, 0), b.snapshot(0, 0).read().to_vec()));
             }
             let changed = a.apply_run(part);
             let mut want = 0;
@@ -309,10 +308,10 @@ proptest! {
             }
             prop_assert_eq!(changed, want);
         }
-        a.snapshot(0, 0).map.check();
-        prop_assert_eq!(a.snapshot(0, 0).map.to_vec(), b.snapshot(0, 0).map.to_vec());
+        a.live_map(0).check();
+        prop_assert_eq!(a.snapshot(0, 0).read().to_vec(), b.snapshot(0, 0).read().to_vec());
         for (snap, model) in snaps {
-            prop_assert_eq!(snap.map.to_vec(), model);
+            prop_assert_eq!(snap.read().to_vec(), model);
         }
     }
 }
@@ -369,9 +368,13 @@ fn apply_run_reuses_lookups_beside_a_reshaped_branch() {
         assert_eq!(changed, want);
     }
     let (sa, sb) = (a.snapshot(0, 0), b.snapshot(0, 0));
-    sa.map.check();
-    assert!(sa.map.height() >= 2, "height {}", sa.map.height());
-    assert_eq!(sa.map.to_vec(), sb.map.to_vec());
+    a.live_map(0).check();
+    assert!(
+        a.live_map(0).height() >= 2,
+        "height {}",
+        a.live_map(0).height()
+    );
+    assert_eq!(sa.read().to_vec(), sb.read().to_vec());
 }
 
 /// The indexer's own cost per write, without a server: the write scenario's
@@ -643,5 +646,133 @@ mod front {
                 );
             }
         }
+    }
+}
+
+/// One step of the history property test.
+#[derive(Debug, Clone)]
+enum HistOp {
+    Set(usize, u8, u8),
+    Snap(usize),
+    Advance(usize, u8),
+    Collect(usize),
+    Flush(usize),
+    Swap,
+    Drop(usize),
+}
+
+fn hist_op() -> impl Strategy<Value = HistOp> {
+    prop_oneof![
+        12 => (0..2usize, 0..40u8, 0..4u8).prop_map(|(d, k, t)| HistOp::Set(d, k, t)),
+        2 => (0..2usize).prop_map(HistOp::Snap),
+        3 => (0..8usize, 0..40u8).prop_map(|(s, k)| HistOp::Advance(s, k)),
+        2 => (1..60usize).prop_map(HistOp::Collect),
+        1 => (0..2usize).prop_map(HistOp::Flush),
+        1 => Just(HistOp::Swap),
+        1 => (0..8usize).prop_map(HistOp::Drop),
+    ]
+}
+
+/// A snapshot of the history test, what it must read, and its position.
+type OpenSnap = (Arc<Snapshot>, BTreeMap<Vec<u8>, Meta>, Option<Key>);
+
+fn hist_key(i: u8) -> Key {
+    // Some keys share prefixes and hold 0x00 bytes, as real keys may.
+    match i % 4 {
+        0 => Key::new(format!("k{i:02}").as_bytes()),
+        1 => Key::new(&[b'k', 0, i]),
+        2 => Key::new(format!("k{:02}\x00x", i - 1).as_bytes()),
+        _ => Key::new(format!("user:{i}:item").as_bytes()),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+    /// Every open snapshot reads, for every key after its position, the
+    /// value the key had when it was cut, whatever the later writes,
+    /// flushes, swaps and collector passes; and once no snapshot is open
+    /// the collector empties the undo logs.
+    #[test]
+    fn snapshots_read_their_version_while_the_collector_runs(
+        ops in prop::collection::vec(hist_op(), 1..300)
+    ) {
+        let truth = |t: u8| match t {
+            0 => None,
+            1 => Some(Meta::new(STRING, None)),
+            2 => Some(Meta::new(STRING, Some(1_900_000_000_000))),
+            _ => Some(Meta::new(HASH, None)),
+        };
+        let mut ks = Keyspace::new(2);
+        let mut model: Vec<BTreeMap<Vec<u8>, Meta>> = vec![BTreeMap::new(); 2];
+        let mut snaps: Vec<OpenSnap> = Vec::new();
+        for op in ops {
+            match op {
+                HistOp::Set(db, k, t) => {
+                    let key = hist_key(k);
+                    ks.apply(db, &key, truth(t));
+                    match truth(t) {
+                        Some(m) => model[db].insert(key.as_bytes().to_vec(), m),
+                        None => model[db].remove(key.as_bytes()),
+                    };
+                }
+                HistOp::Snap(db) => {
+                    snaps.push((ks.snapshot(db, 0), model[db].clone(), None));
+                }
+                HistOp::Advance(i, k) => {
+                    if let Some((snap, _, from)) = snaps.get_mut(i) {
+                        let key = hist_key(k);
+                        if from.as_ref().is_none_or(|f| f < &key) {
+                            snap.advance(&key);
+                            *from = Some(key);
+                        }
+                    }
+                }
+                HistOp::Collect(budget) => {
+                    ks.collect_history(budget);
+                    drop(ks.take_garbage());
+                }
+                HistOp::Flush(db) => {
+                    drop(ks.flush(db));
+                    model[db].clear();
+                }
+                HistOp::Swap => {
+                    ks.swap(0, 1);
+                    model.swap(0, 1);
+                }
+                HistOp::Drop(i) => {
+                    if i < snaps.len() {
+                        snaps.remove(i);
+                    }
+                }
+            }
+            for (snap, want, from) in &snaps {
+                let lower = match from {
+                    Some(f) => std::ops::Bound::Excluded(f.as_bytes()),
+                    None => std::ops::Bound::Unbounded,
+                };
+                let r = snap.read();
+                let mut it = r.range_from(lower);
+                let mut got = Vec::new();
+                while let Some((k, m)) = it.next_entry() {
+                    got.push((k.to_vec(), m));
+                }
+                let expect: Vec<(Vec<u8>, Meta)> = want
+                    .iter()
+                    .filter(|(k, _)| from.as_ref().is_none_or(|f| k.as_slice() > f.as_bytes()))
+                    .map(|(k, m)| (k.clone(), *m))
+                    .collect();
+                prop_assert_eq!(&got, &expect);
+                for i in 0..40u8 {
+                    let key = hist_key(i);
+                    if from.as_ref().is_none_or(|f| key.as_bytes() > f.as_bytes()) {
+                        prop_assert_eq!(r.get(key.as_bytes()), want.get(key.as_bytes()).copied());
+                    }
+                }
+            }
+        }
+        prop_assert_eq!(ks.live_map(0).to_vec(), model[0].iter().map(|(k, m)| (k.clone(), *m)).collect::<Vec<_>>());
+        snaps.clear();
+        ks.collect_history(usize::MAX);
+        prop_assert_eq!(ks.history_size().0, 0);
     }
 }

@@ -1138,6 +1138,11 @@ pub struct Iter<'a> {
 }
 
 impl Iter<'_> {
+    /// The key of the entry last returned (empty before the first).
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+
     /// The next entry: its key (valid until the next call) and metadata.
     pub fn next_entry(&mut self) -> Option<(&[u8], Meta)> {
         loop {

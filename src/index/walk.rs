@@ -1,7 +1,9 @@
 //! One page of a snapshot iteration: walk the ordered map from a position,
 //! filter by expiry, TYPE and MATCH, stop at COUNT matches or the work budget.
 
-use super::{Key, KeyMap, Snapshot, TypeId};
+use super::history::Merged;
+use super::tree::Iter;
+use super::{Key, KeyMap, Meta, Snapshot, TypeId};
 use crate::glob::Pattern;
 use crate::slot::{prefix_slot, SlotSet};
 use std::ops::Bound;
@@ -33,7 +35,33 @@ pub struct Page {
 /// prefix are visited: the walk seeks to the prefix in O(log n) and stops at
 /// the first key past it.
 pub fn walk(map: &KeyMap, at_ms: i64, after: Option<&Key>, spec: &ScanSpec) -> Page {
-    walk_in(map, at_ms, after, spec, None)
+    walk_in(|lower| map.range_from(lower), at_ms, after, spec, None)
+}
+
+/// An in-order reader of (key, metadata) entries that lends each key
+/// until the next call: a live map's or a snapshot's.
+pub trait Entries {
+    fn next_entry(&mut self) -> Option<(&[u8], Meta)>;
+}
+
+impl Entries for Iter<'_> {
+    #[inline]
+    fn next_entry(&mut self) -> Option<(&[u8], Meta)> {
+        Iter::next_entry(self)
+    }
+}
+
+impl Entries for Merged<'_> {
+    #[inline]
+    fn next_entry(&mut self) -> Option<(&[u8], Meta)> {
+        Merged::next_entry(self)
+    }
+}
+
+/// [`walk`] over a snapshot, every slot's keys.
+pub fn walk_all(snap: &Snapshot, after: Option<&Key>, spec: &ScanSpec) -> Page {
+    let r = snap.read();
+    walk_in(|lower| r.range_from(lower), snap.at_ms, after, spec, None)
 }
 
 /// One page of a snapshot: [`walk`] that, in cluster mode, also skips the
@@ -47,23 +75,25 @@ pub fn walk_snapshot(snap: &Snapshot, after: Option<&Key>, spec: &ScanSpec) -> P
 /// [`walk_snapshot`] judging expiry at `at_ms` instead of the snapshot's
 /// instant (an iteration opened inside a script, see `commands::scan`).
 pub fn walk_snapshot_at(snap: &Snapshot, at_ms: i64, after: Option<&Key>, spec: &ScanSpec) -> Page {
+    let r = snap.read();
+    let open = |lower: Bound<&[u8]>| r.range_from(lower);
     let Some(slots) = snap.slots.as_deref() else {
-        return walk(&snap.map, at_ms, after, spec);
+        return walk_in(open, at_ms, after, spec, None);
     };
     let prefix: &[u8] = spec.pattern.as_ref().map_or(&[], |p| p.prefix());
     match prefix_slot(prefix) {
-        Some(slot) if slots.contains(slot) => walk(&snap.map, at_ms, after, spec),
+        Some(slot) if slots.contains(slot) => walk_in(open, at_ms, after, spec, None),
         Some(_) => Page {
             keys: Vec::new(),
             resume_after: None,
             examined: 0,
         },
-        None => walk_in(&snap.map, at_ms, after, spec, Some(slots)),
+        None => walk_in(open, at_ms, after, spec, Some(slots)),
     }
 }
 
-fn walk_in(
-    map: &KeyMap,
+fn walk_in<'a, E: Entries + 'a>(
+    open: impl FnOnce(Bound<&[u8]>) -> E,
     at_ms: i64,
     after: Option<&Key>,
     spec: &ScanSpec,
@@ -80,7 +110,7 @@ fn walk_in(
     let budget = spec.budget.max(1);
     let mut keys = Vec::with_capacity(count.min(1024));
     let mut examined = 0usize;
-    let mut iter = map.range_from(lower);
+    let mut iter = open(lower);
     while let Some((k, m)) = iter.next_entry() {
         // An empty prefix needs no check at all (and glibc's memcmp on an
         // empty slice is not free).

@@ -58,6 +58,11 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]], n: Native) -> Result<(),
                 return native(ctx, n, native_args, Outcome::Native);
             }
         }
+        // Near the old versions' limit a new keyspace iteration runs
+        // natively, so that those already open can finish.
+        if n == Native::Scan && crate::state::refuse_opening(m).is_some() {
+            return native(ctx, n, native_args, Outcome::Native);
+        }
     }
     let refs: Vec<&[u8]> = sargs.iter().map(Vec::as_slice).collect();
     let fb = || Some(fallback(n, native_args, cursor));

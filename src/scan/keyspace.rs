@@ -4,8 +4,7 @@ use crate::args::{parse_cursor, parse_options, Allowed, CmdError};
 use crate::config;
 use crate::glob::Pattern;
 use crate::index::live::OpenRequest;
-use crate::index::tree::KeyMap;
-use crate::index::walk::{walk_snapshot_at, Page, ScanSpec};
+use crate::index::walk::{walk_snapshot_at, Entries, Page, ScanSpec};
 use crate::index::{Key, Snapshot};
 use crate::keyspace::backfill;
 use crate::server::blocked::{BlockedReply, Fallback};
@@ -123,6 +122,12 @@ pub fn run_with(
     crate::keyspace::in_use(lock, ctx, m, &m.keyspace, cursor == 0).map_err(CmdError::msg)?;
     if cursor == 0 {
         index_ready(&m.keyspace.backfill)?;
+        if let Some((retained, why)) = state::refuse_opening(m) {
+            return Err(CmdError::msg(format!(
+                "TRYAGAIN snapscan: old versions hold {retained} bytes, near their limit ({}); open iterations go on, a new one can open once they end; retry shortly",
+                why.setting()
+            )));
+        }
     }
     let type_filter = match opts.type_name {
         None => None,
@@ -263,6 +268,9 @@ fn serve(m: &'static Shared, start: Start, spec: &ScanSpec) -> (u64, Vec<Key>) {
             clock,
         } => (snap, after, pages, clock),
     };
+    if let Some(a) = &after {
+        snap.advance(a);
+    }
     let (page, clock) = page_of(&snap, after.as_ref(), spec, clock, None);
     finish(m, snap, pages, page, clock)
 }
@@ -295,6 +303,9 @@ fn serve_inline(
             clock,
         } => (snap, after, pages, clock),
     };
+    if let Some(a) = &after {
+        snap.advance(a);
+    }
     let judge = |name: &[u8]| server::expiry::judge(ctx, name);
     // The opening call is the only one that runs in the script whose clock
     // decides: settle it now for the whole snapshot, so pages served later
@@ -323,7 +334,14 @@ fn settle(ctx: Ctx, snap: &Snapshot, spec: &ScanSpec, c: ScriptClock, judge: Jud
         return exact;
     }
     let prefix = spec.pattern.as_ref().map_or(&[][..], |p| p.prefix());
-    resolve_clock(&snap.map, prefix, c, judge).0
+    let r = snap.read();
+    resolve_clock(
+        r.range_from(std::ops::Bound::Included(prefix)),
+        prefix,
+        c,
+        judge,
+    )
+    .0
 }
 
 /// Whether a script known to have begun at or after `c.lo` cannot have
@@ -359,7 +377,7 @@ fn page_of(
     }
     let mut page = walk_snapshot_at(snap, c.lo, after, spec);
     page.keys.retain(|k| {
-        let Some(when) = snap.map.get(k.as_bytes()).and_then(|m| m.expire_at()) else {
+        let Some(when) = snap.get(k.as_bytes()).and_then(|m| m.expire_at()) else {
             return true;
         };
         if c.decided() {
@@ -413,12 +431,11 @@ struct Settling {
 /// (and keys the server could not judge) stay undecided, judged by the
 /// server in pages computed inside the script, and at `hi` elsewhere.
 fn resolve_clock(
-    map: &KeyMap,
+    mut iter: impl Entries,
     prefix: &[u8],
     mut c: ScriptClock,
     judge: Judge,
 ) -> (ScriptClock, Settling) {
-    let mut iter = map.range_from(std::ops::Bound::Included(prefix));
     let mut done = Settling {
         entries: 0,
         judged: 0,
@@ -519,7 +536,7 @@ fn finish(
         }
         Some(after) => {
             let db = snap.db;
-            let size = snap.map.live_bytes();
+            let size = snap.index_bytes;
             let next = m.open_cursor(&m.cursors, ScanCursor { snap, after, clock }, db, pages + 1);
             // Registered first: from now on the peak is never reset.
             state::note_iteration(m, size);
@@ -543,6 +560,7 @@ pub fn write_page(r: &Reply, next: u64, keys: &[Key]) {
 mod tests {
     use super::*;
     use crate::index::meta::{Meta, STRING};
+    use crate::index::tree::KeyMap;
     use proptest::prelude::*;
     use rstest::rstest;
     use std::cell::Cell;
@@ -582,7 +600,7 @@ mod tests {
 
     fn resolve_in(map: &KeyMap, prefix: &[u8], judge: Judge) -> (ScriptClock, Settling) {
         resolve_clock(
-            map,
+            map.range_from(std::ops::Bound::Included(prefix)),
             prefix,
             ScriptClock {
                 lo: i64::MIN,
@@ -622,7 +640,7 @@ mod tests {
     fn a_key_the_server_cannot_judge_leaves_the_clock_undecided() {
         let map = map_of(&[("a", Some(1_500))]);
         let judge = |_: &[u8]| Verdict::Unknown;
-        let (c, done) = resolve_clock(&map, b"", ScriptClock { lo: 0, hi: HI }, &judge);
+        let (c, done) = resolve_clock(map.iter(), b"", ScriptClock { lo: 0, hi: HI }, &judge);
         assert!(!c.decided());
         assert!(!done.complete);
     }

@@ -9,7 +9,7 @@ use crate::args::{CmdError, SYNTAX};
 use crate::collections::touched::Tracking;
 use crate::glob::Pattern;
 use crate::index::live::OpenRequest;
-use crate::index::walk::{walk, ScanSpec};
+use crate::index::walk::{walk_all, ScanSpec};
 use crate::index::{Key, Snapshot};
 use crate::server::deletion::{self as deletion, User};
 use crate::server::locked::ServerLock;
@@ -174,11 +174,14 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> 
             let snap = snap.unwrap_or_else(|| m.snapshot(&req));
             let mut after: Option<Key> = None;
             loop {
-                let page = walk(&snap.map, snap.at_ms, after.as_ref(), &spec);
+                let page = walk_all(&snap, after.as_ref(), &spec);
                 // A send fails only once the main thread gave up: stop then.
                 let sent = page.keys.is_empty() || tx.send(page.keys).is_ok();
                 match page.resume_after {
-                    Some(k) if sent => after = Some(k),
+                    Some(k) if sent => {
+                        snap.advance(&k);
+                        after = Some(k);
+                    }
                     _ => break,
                 }
             }
@@ -209,7 +212,7 @@ fn small_match(
         budget: limit,
         ..spec.clone()
     };
-    let page = walk(&snap.map, snap.at_ms, None, &small);
+    let page = walk_all(&snap, None, &small);
     if page.resume_after.is_some() {
         return Err(Some(snap));
     }

@@ -752,9 +752,13 @@ pub fn pin_versions(
                 .ignore();
         }
         let _: () = p.query(con).unwrap();
-        let (c, _): (String, Vec<String>) =
-            query(con, &["SNAPSHOT.SCAN", "0", "COUNT", "1"]).unwrap();
-        cursors.push(c);
+        // Near the limit a new iteration is refused (TRYAGAIN): the open
+        // ones go on.
+        match query::<(String, Vec<String>)>(con, &["SNAPSHOT.SCAN", "0", "COUNT", "1"]) {
+            Ok((c, _)) => cursors.push(c),
+            Err(e) if err_text(&e).starts_with("TRYAGAIN snapscan: old versions hold") => {}
+            Err(e) => panic!("SNAPSHOT.SCAN 0: {}", err_text(&e)),
+        }
     }
     cursors
 }
@@ -764,23 +768,6 @@ pub fn pin_versions(
 /// `snapshot.max-retained-percent`, or its floor: [`PERCENT_FLOOR`]).
 pub fn ended_for_memory(cursor: &str, setting: &str) -> String {
     format!("ERR cursor {cursor}: snapscan: iteration ended to bound snapshot memory ({setting}); restart the scan from cursor 0")
-}
-
-/// The setting as an ended iteration's error names the 4 MiB floor.
-pub const PERCENT_FLOOR: &str = "snapshot.max-retained-percent, at its 4 MiB floor";
-
-/// Of iterations opened by [`pin_versions`] and then bounded: the oldest
-/// was ended and says why; the newest goes on.
-pub fn assert_oldest_ended_newest_goes_on(con: &mut Connection, cursors: &[String], setting: &str) {
-    let oldest = &cursors[0];
-    assert_eq!(
-        expect_err(con, &["SNAPSHOT.SCAN", oldest]),
-        ended_for_memory(oldest, setting)
-    );
-    let newest = cursors.last().expect("cursors");
-    let (_, page): (String, Vec<String>) =
-        query(con, &["SNAPSHOT.SCAN", newest, "COUNT", "3"]).unwrap();
-    assert_eq!(page.len(), 3, "the newest iteration goes on");
 }
 
 /// Glob with `*` and `?` only, on bytes: the expected side of the patterns

@@ -1,0 +1,665 @@
+//! What open snapshots need of the past (issue 25): a database's undo log.
+//!
+//! A snapshot no longer keeps a clone of the tree it was cut from (a clone
+//! pins every leaf a later write copies, about 1 KiB per write and per open
+//! version). It keeps its version and reads the live map through a *view*
+//! (a recent clone of the live map and of the undo log, published by
+//! whoever applies the log), corrected by the undo log: for every change made
+//! while a snapshot was open, the key's value before it, keyed by
+//! `(key, version of the change)`. The value of a key at version `p` is the
+//! old value of its first change after `p`, or the live value if it has
+//! none. So an old version costs one small entry per changed key instead of
+//! a leaf, and versions share them.
+//!
+//! An iteration only walks forward: its [`Pin`] says which keys it can
+//! still read (those after its last page's start, for a retry), and the
+//! collector drops every entry no open snapshot can read, so an iteration
+//! near its end holds almost nothing.
+//!
+//! Locking: [`Undo`] lives in the index (under its mutex); [`History`] is
+//! shared with the snapshots: its published [`View`] is an `ArcSwap`
+//! (readers load it without a lock), its pin list a `Mutex` held only to
+//! add a pin or to copy the list for a collection pass. A [`Pin`]'s
+//! position is a `Mutex` held by its own iteration's page and by that copy.
+
+use super::tree::Iter;
+use super::{Key, KeyMap, Meta};
+use arc_swap::ArcSwap;
+use std::cmp::Ordering as Cmp;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+/// The old value of a key that did not exist (a type id no key has).
+const ABSENT: Meta = Meta::plain(7);
+
+/// Changes between two publications of the view: bounds what the view
+/// pins of the live map (the leaves those changes copied).
+pub const PUBLISH_EVERY: u64 = 64;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Appends `key`, escaped so that byte order is kept whatever the bytes
+/// (0x00 becomes 0x00 0xff) and terminated by 0x00 0x00.
+fn escape(key: &[u8], out: &mut Vec<u8>) {
+    for &b in key {
+        out.push(b);
+        if b == 0 {
+            out.push(0xff);
+        }
+    }
+}
+
+/// The undo log's key of a change of `key` at `version`: entries sort by
+/// key, then by version. The version is written in as few bytes as it
+/// needs, after their count (so a shorter one sorts first): most are 3-4
+/// bytes, not 8, in an entry of about 20.
+pub(crate) fn encode(key: &[u8], version: u64, out: &mut Vec<u8>) {
+    out.clear();
+    escape(key, out);
+    out.extend_from_slice(&[0, 0]);
+    let n = (8 - version.leading_zeros() as usize / 8).max(1);
+    out.push(n as u8);
+    out.extend_from_slice(&version.to_be_bytes()[8 - n..]);
+}
+
+/// Reads a version written by [`encode`] from `tail` (all of it).
+fn read_version(tail: &[u8]) -> Option<u64> {
+    let (&n, bytes) = tail.split_first()?;
+    if n == 0 || n > 8 || bytes.len() != n as usize {
+        return None;
+    }
+    let mut v = [0u8; 8];
+    v[8 - n as usize..].copy_from_slice(bytes);
+    Some(u64::from_be_bytes(v))
+}
+
+/// Splits an undo key into the key (written to `out`) and the version;
+/// `None` for bytes [`encode`] never writes.
+pub(crate) fn decode(enc: &[u8], out: &mut Vec<u8>) -> Option<u64> {
+    out.clear();
+    let mut i = 0;
+    while i < enc.len() {
+        let b = enc[i];
+        if b != 0 {
+            out.push(b);
+            i += 1;
+            continue;
+        }
+        match enc.get(i + 1) {
+            Some(0xff) => {
+                out.push(0);
+                i += 2;
+            }
+            Some(0) => return read_version(enc.get(i + 2..)?),
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// The version of an undo key of `key` (already known to be one).
+fn version_of(enc: &[u8], key: &[u8]) -> Option<u64> {
+    let escaped = key.len() + key.iter().filter(|&&b| b == 0).count();
+    read_version(enc.get(escaped + 2..)?)
+}
+
+/// Whether the undo key `enc` is one of `key`'s (no allocation).
+fn is_of(enc: &[u8], key: &[u8]) -> bool {
+    let mut i = 0;
+    for &b in key {
+        match (enc.get(i), b) {
+            (Some(0), 0) if enc.get(i + 1) == Some(&0xff) => i += 2,
+            (Some(&e), b) if e == b && b != 0 => i += 1,
+            _ => return false,
+        }
+    }
+    enc.get(i..i + 2) == Some(&[0, 0])
+}
+
+/// A database generation's live map and undo log as of `version`, for
+/// readers (an O(1) clone of both roots).
+pub struct View {
+    pub live: KeyMap,
+    pub undo: KeyMap,
+    pub version: u64,
+}
+
+/// What a database generation shares with its snapshots. A new generation
+/// starts at every flush; swapped databases keep theirs.
+pub struct History {
+    view: ArcSwap<View>,
+    pins: Mutex<Vec<Weak<Pin>>>,
+    /// Pins alive (snapshots not yet dropped).
+    open: AtomicUsize,
+    /// The largest version pinned so far.
+    newest: AtomicU64,
+}
+
+impl Default for History {
+    fn default() -> Self {
+        History {
+            view: ArcSwap::from_pointee(View {
+                live: KeyMap::new(),
+                undo: KeyMap::new(),
+                version: 0,
+            }),
+            pins: Mutex::new(Vec::new()),
+            open: AtomicUsize::new(0),
+            newest: AtomicU64::new(0),
+        }
+    }
+}
+
+/// One open snapshot's claim on its generation's history: its version and
+/// the keys it may still read.
+pub struct Pin {
+    hist: Arc<History>,
+    version: u64,
+    /// The snapshot reads only keys after this one (`None`: every key).
+    from: Mutex<Option<Key>>,
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        self.hist.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Pin {
+    /// The snapshot will never read `after` or a key before it again.
+    pub fn advance(&self, after: &Key) {
+        let mut f = lock(&self.from);
+        if f.as_ref().is_none_or(|k| k < after) {
+            *f = Some(after.clone());
+        }
+    }
+
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// What the snapshot reads now: the latest published view.
+    pub fn read(&self) -> Reader {
+        Reader {
+            view: self.hist.view.load_full(),
+            version: self.version,
+        }
+    }
+}
+
+/// A snapshot's reading of one view.
+pub struct Reader {
+    view: Arc<View>,
+    version: u64,
+}
+
+impl Reader {
+    /// The key's value at the snapshot's version.
+    pub fn get(&self, key: &[u8]) -> Option<Meta> {
+        let mut enc = Vec::with_capacity(key.len() + 10);
+        encode(key, self.version + 1, &mut enc);
+        let mut it = self.view.undo.range_from(Bound::Included(&enc));
+        match it.next_entry() {
+            Some((e, m)) if is_of(e, key) => (m != ABSENT).then_some(m),
+            _ => self.view.live.get(key),
+        }
+    }
+
+    /// The snapshot's entries from `lower` on, in key order.
+    pub fn range_from(&self, lower: Bound<&[u8]>) -> Merged<'_> {
+        let mut probe = Vec::new();
+        let undo_lower = match lower {
+            Bound::Unbounded => Bound::Unbounded,
+            // Every key from `k` on (also a MATCH prefix): escaped without
+            // the terminator, it sorts before them and after smaller keys.
+            Bound::Included(k) => {
+                escape(k, &mut probe);
+                Bound::Included(&probe[..])
+            }
+            Bound::Excluded(k) => {
+                encode(k, u64::MAX, &mut probe);
+                Bound::Excluded(&probe[..])
+            }
+        };
+        let mut undo = self.view.undo.range_from(undo_lower);
+        let undo_next = undo.next_entry().map(|(_, m)| m);
+        Merged {
+            live: self.view.live.range_from(lower),
+            live_next: None,
+            live_loaded: false,
+            undo,
+            undo_next,
+            group: None,
+            key: Vec::new(),
+            version: self.version,
+        }
+    }
+
+    /// Every entry at the snapshot's version (tests).
+    #[cfg(test)]
+    pub fn to_vec(&self) -> Vec<(Vec<u8>, Meta)> {
+        let mut out = Vec::new();
+        let mut it = self.range_from(Bound::Unbounded);
+        while let Some((k, m)) = it.next_entry() {
+            out.push((k.to_vec(), m));
+        }
+        out
+    }
+}
+
+/// In-order reader of a snapshot: the view's live entries merged with the
+/// undo log's, each key's value taken at the snapshot's version. Lends each
+/// key until the next call, like [`Iter`].
+pub struct Merged<'a> {
+    live: Iter<'a>,
+    /// The live entry not yet returned (its key is `live`'s).
+    live_next: Option<Meta>,
+    live_loaded: bool,
+    undo: Iter<'a>,
+    /// The undo entry not yet read into a group (its key is `undo`'s).
+    undo_next: Option<Meta>,
+    /// The next undo key's value at the version (`Some(None)`: no change
+    /// after the version), its key in `key`.
+    group: Option<Option<Meta>>,
+    key: Vec<u8>,
+    version: u64,
+}
+
+impl Merged<'_> {
+    /// Reads every undo entry of the next key into `group`.
+    fn load_group(&mut self) {
+        let Some(first) = self.undo_next else {
+            return;
+        };
+        let mut m = first;
+        let mut chosen = None;
+        let mut ver = decode(self.undo.key(), &mut self.key);
+        loop {
+            if chosen.is_none() && ver.is_some_and(|v| v > self.version) {
+                chosen = Some(m);
+            }
+            self.undo_next = self.undo.next_entry().map(|(_, m)| m);
+            match self.undo_next {
+                Some(next) if is_of(self.undo.key(), &self.key) => {
+                    m = next;
+                    ver = version_of(self.undo.key(), &self.key);
+                }
+                _ => break,
+            }
+        }
+        self.group = Some(chosen);
+    }
+
+    /// The next entry: its key (valid until the next call) and metadata.
+    pub fn next_entry(&mut self) -> Option<(&[u8], Meta)> {
+        // No undo entry left (the common case: few keys changed): the live
+        // entries as they are, without the merge.
+        if self.group.is_none() && self.undo_next.is_none() && !self.live_loaded {
+            return self.live.next_entry();
+        }
+        loop {
+            if !self.live_loaded {
+                self.live_next = self.live.next_entry().map(|(_, m)| m);
+                self.live_loaded = true;
+            }
+            if self.group.is_none() {
+                self.load_group();
+            }
+            let Some(chosen) = self.group else {
+                // No undo entry left: the live entries as they are.
+                let m = self.live_next?;
+                self.live_loaded = false;
+                return Some((self.live.key(), m));
+            };
+            let ord = match self.live_next {
+                None => Cmp::Greater,
+                Some(_) => self.live.key().cmp(&self.key),
+            };
+            match (ord, self.live_next) {
+                (Cmp::Less, Some(m)) => {
+                    self.live_loaded = false;
+                    return Some((self.live.key(), m));
+                }
+                (Cmp::Equal, Some(m)) => {
+                    self.live_loaded = false;
+                    self.group = None;
+                    match chosen {
+                        None => return Some((self.live.key(), m)),
+                        Some(old) if old != ABSENT => return Some((self.live.key(), old)),
+                        Some(_) => continue,
+                    }
+                }
+                _ => {
+                    // A key the live map no longer has.
+                    self.group = None;
+                    match chosen {
+                        Some(old) if old != ABSENT => return Some((&self.key, old)),
+                        _ => continue,
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Where the collector is in its pass over the undo log.
+#[derive(Default)]
+struct Pass {
+    /// The last undo key examined (the pass resumes after it).
+    at: Option<Vec<u8>>,
+    /// The key and version of the last entry examined.
+    prev: Option<(Vec<u8>, u64)>,
+    /// The open snapshots as the pass began: (version, reads keys after).
+    pins: Vec<(u64, Option<Key>)>,
+    /// The database's version as the pass began: an entry of a later
+    /// change may be needed by a snapshot cut since, unknown to the pass.
+    version: u64,
+    /// Range minimum of `pins`' positions (a segment tree of indices).
+    tree: Vec<usize>,
+}
+
+impl Pass {
+    fn begin(hist: &History, version: u64) -> Pass {
+        let mut pins: Vec<(u64, Option<Key>)> = {
+            let mut list = lock(&hist.pins);
+            list.retain(|w| w.strong_count() > 0);
+            list.iter()
+                .filter_map(Weak::upgrade)
+                .map(|p| (p.version, lock(&p.from).clone()))
+                .collect()
+        };
+        pins.sort_by_key(|p| p.0);
+        let n = pins.len();
+        let mut tree = vec![usize::MAX; 2 * n.max(1)];
+        for i in 0..n {
+            tree[n + i] = i;
+        }
+        for i in (1..n).rev() {
+            tree[i] = Self::lesser(&pins, tree[2 * i], tree[2 * i + 1]);
+        }
+        Pass {
+            at: None,
+            prev: None,
+            pins,
+            version,
+            tree,
+        }
+    }
+
+    /// Of two pins, the one reading from the smaller key.
+    fn lesser(pins: &[(u64, Option<Key>)], a: usize, b: usize) -> usize {
+        match (pins.get(a), pins.get(b)) {
+            (Some(x), Some(y)) => match (&x.1, &y.1) {
+                (None, _) => a,
+                (_, None) => b,
+                (Some(kx), Some(ky)) if kx <= ky => a,
+                _ => b,
+            },
+            (Some(_), None) => a,
+            _ => b,
+        }
+    }
+
+    /// Whether a snapshot of a version in `lo..hi` may still read `key`.
+    fn needed(&self, key: &[u8], lo: u64, hi: u64) -> bool {
+        let n = self.pins.len();
+        let a = self.pins.partition_point(|p| p.0 < lo);
+        let b = self.pins.partition_point(|p| p.0 < hi);
+        let (mut l, mut r) = (a + n, b + n);
+        let mut best = usize::MAX;
+        while l < r {
+            if l & 1 == 1 {
+                best = Self::lesser(&self.pins, best, self.tree[l]);
+                l += 1;
+            }
+            if r & 1 == 1 {
+                r -= 1;
+                best = Self::lesser(&self.pins, best, self.tree[r]);
+            }
+            l /= 2;
+            r /= 2;
+        }
+        match self.pins.get(best) {
+            None => false,
+            Some((_, None)) => true,
+            Some((_, Some(from))) => key > from.as_bytes(),
+        }
+    }
+}
+
+/// A database generation's undo log, in the index.
+#[derive(Default)]
+pub struct Undo {
+    map: KeyMap,
+    hist: Arc<History>,
+    /// Version of the last published view.
+    published: u64,
+    /// Whether the published view holds maps (it pins the live map's
+    /// leaves that later changes copy: dropped once no snapshot is open).
+    viewed: bool,
+    pass: Option<Pass>,
+    scratch: Vec<u8>,
+}
+
+impl Undo {
+    /// Whether an open snapshot of this generation may need old values.
+    #[inline]
+    fn pinned(&self) -> bool {
+        self.hist.open.load(Ordering::Relaxed) > 0
+    }
+
+    /// Entries in the log.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Whether a view of the live map is published (see [`Undo::collect`]).
+    pub fn viewed(&self) -> bool {
+        self.viewed
+    }
+
+    /// `key` changed from `old` at `version` (the version after the
+    /// change). Kept only if a snapshot may read it: one is open and the
+    /// key has no change after the newest one yet.
+    pub fn record(&mut self, key: &[u8], version: u64, old: Option<Meta>) {
+        if !self.pinned() {
+            return;
+        }
+        let newest = self.hist.newest.load(Ordering::Relaxed);
+        encode(key, newest.saturating_add(1), &mut self.scratch);
+        let later = self
+            .map
+            .range_from(Bound::Included(&self.scratch))
+            .next_entry()
+            .is_some_and(|(e, _)| is_of(e, key));
+        if later {
+            return;
+        }
+        encode(key, version, &mut self.scratch);
+        self.map.insert(&self.scratch, old.unwrap_or(ABSENT));
+    }
+
+    /// Publishes the view if enough changed since the last one.
+    #[inline]
+    pub fn changed(&mut self, live: &KeyMap, version: u64) {
+        if version.wrapping_sub(self.published) >= PUBLISH_EVERY && self.pinned() {
+            self.publish(live, version);
+        }
+    }
+
+    fn publish(&mut self, live: &KeyMap, version: u64) {
+        self.hist.view.store(Arc::new(View {
+            live: live.clone(),
+            undo: self.map.clone(),
+            version,
+        }));
+        self.published = version;
+        self.viewed = true;
+    }
+
+    /// A snapshot of `live` at `version`: publishes it unless the view is
+    /// that version already.
+    pub fn pin(&mut self, live: &KeyMap, version: u64) -> Arc<Pin> {
+        if !self.viewed || self.published != version {
+            self.publish(live, version);
+        }
+        let pin = Arc::new(Pin {
+            hist: self.hist.clone(),
+            version,
+            from: Mutex::new(None),
+        });
+        self.hist.open.fetch_add(1, Ordering::Relaxed);
+        self.hist.newest.fetch_max(version, Ordering::Relaxed);
+        let mut list = lock(&self.hist.pins);
+        if list.len() >= 64 && list.len() > 2 * self.hist.open.load(Ordering::Relaxed) {
+            list.retain(|w| w.strong_count() > 0);
+        }
+        list.push(Arc::downgrade(&pin));
+        pin
+    }
+
+    /// The generation ends (its database is flushed): its snapshots keep
+    /// the final view; returns the log to free off the main thread.
+    pub fn retire(&mut self, live: &KeyMap, version: u64) -> KeyMap {
+        if self.pinned() {
+            self.publish(live, version);
+        }
+        std::mem::take(self).map
+    }
+
+    /// The next collection starts a new pass (with the snapshots open
+    /// now: those that ended since the pass began no longer count).
+    pub fn restart_collection(&mut self) {
+        self.pass = None;
+    }
+
+    /// Bytes of the log's nodes.
+    pub fn bytes(&self) -> usize {
+        self.map.live_bytes()
+    }
+
+    /// Examines at most `budget` entries of the log and removes those no
+    /// open snapshot can read; the whole log at once when none is open.
+    /// `version` is the database's now. Returns a log to free off the main
+    /// thread, if one was dropped, and whether a pass ended (or none was
+    /// needed).
+    pub fn collect(&mut self, budget: usize, version: u64) -> (Option<KeyMap>, bool) {
+        if self.viewed && !self.pinned() {
+            // Nobody reads the view: it would keep what the live map's
+            // changes copy since it was published.
+            self.hist.view.store(Arc::new(View {
+                live: KeyMap::new(),
+                undo: KeyMap::new(),
+                version: self.published,
+            }));
+            self.viewed = false;
+        }
+        if self.map.is_empty() {
+            self.pass = None;
+            return (None, true);
+        }
+        if !self.pinned() {
+            self.pass = None;
+            return (Some(std::mem::take(&mut self.map)), true);
+        }
+        let pass = self
+            .pass
+            .get_or_insert_with(|| Pass::begin(&self.hist, version));
+        let mut doomed: Vec<Vec<u8>> = Vec::new();
+        let mut key = Vec::new();
+        let mut done = false;
+        {
+            let lower = match &pass.at {
+                Some(at) => Bound::Excluded(&at[..]),
+                None => Bound::Unbounded,
+            };
+            let mut it = self.map.range_from(lower);
+            let mut seen = 0;
+            loop {
+                if seen >= budget {
+                    break;
+                }
+                let Some((enc, _)) = it.next_entry() else {
+                    done = true;
+                    break;
+                };
+                seen += 1;
+                let Some(v) = decode(enc, &mut key) else {
+                    doomed.push(enc.to_vec());
+                    continue;
+                };
+                let lo = match &pass.prev {
+                    Some((k, pv)) if *k == key => *pv,
+                    _ => 0,
+                };
+                if v <= pass.version && !pass.needed(&key, lo, v) {
+                    doomed.push(enc.to_vec());
+                }
+                pass.at = Some(enc.to_vec());
+                match &mut pass.prev {
+                    Some((k, pv)) => {
+                        k.clone_from(&key);
+                        *pv = v;
+                    }
+                    None => pass.prev = Some((key.clone(), v)),
+                }
+            }
+        }
+        for d in &doomed {
+            self.map.remove(d);
+        }
+        if done {
+            self.pass = None;
+        }
+        (None, done)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case(b"", 0)]
+    #[case(b"a", 7)]
+    #[case(b"a\x00", u64::MAX - 1)]
+    #[case(b"\x00\x00\xff", 1 << 40)]
+    fn undo_keys_decode_to_what_was_encoded(#[case] key: &[u8], #[case] v: u64) {
+        let mut enc = Vec::new();
+        encode(key, v, &mut enc);
+        let mut out = Vec::new();
+        assert_eq!(decode(&enc, &mut out), Some(v));
+        assert_eq!(out, key);
+        assert!(is_of(&enc, key));
+        assert!(!is_of(&enc, b"zz"));
+    }
+
+    proptest! {
+        /// Undo keys sort by key (bytes), then by version; a key's escaped
+        /// prefix sorts between the smaller keys and its own.
+        #[test]
+        fn undo_keys_keep_the_order(
+            a in prop::collection::vec(prop::sample::select(vec![0u8, 1, 0xfe, 0xff]), 0..6),
+            b in prop::collection::vec(prop::sample::select(vec![0u8, 1, 0xfe, 0xff]), 0..6),
+            va in prop::sample::select(vec![0u64, 1, 255, 256, 65_535, 1 << 40, u64::MAX]),
+            vb in prop::sample::select(vec![0u64, 1, 255, 256, 65_535, 1 << 40, u64::MAX]),
+        ) {
+            let (mut ea, mut eb) = (Vec::new(), Vec::new());
+            encode(&a, va, &mut ea);
+            encode(&b, vb, &mut eb);
+            prop_assert_eq!(ea.cmp(&eb), a.cmp(&b).then(va.cmp(&vb)));
+            let mut pa = Vec::new();
+            escape(&a, &mut pa);
+            prop_assert_eq!(eb >= pa, b >= a);
+        }
+    }
+}
