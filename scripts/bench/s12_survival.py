@@ -61,7 +61,7 @@ SEARCH_RATES = [1000, 2000, 5000, 10000, 20000, 50000]
 KINDS = ["fast", "slow", "native"]
 # INFO snapshot fields the sampler keeps the peak of (without the snapshot_ prefix).
 PEAK_FIELDS = ["module_heap_bytes", "retained_bytes", "retained_versions", "index_memory_bytes",
-               "history_entries", "history_bytes"]
+               "history_entries", "history_bytes", "retained_index_peak_bytes"]
 
 
 def rate_from_env():
@@ -457,7 +457,10 @@ def report(ctx, m, label, record_targets=True):
         f"), peak retained {mib(peak_ret)}, peak retained versions "
         f"{smp.get('retained_versions') if smp.get('retained_versions') is not None else 'missing'}, "
         f"peak undo entries {fmt(smp.get('history_entries')) if smp.get('history_entries') is not None else 'missing'} "
-        f"({mib(smp.get('history_bytes'))})"
+        f"({mib(smp.get('history_bytes'))}); largest live index during the run "
+        f"{mib(smp.get('retained_index_peak_bytes'))}"
+        + (f" (peak heap {peak_heap / smp['retained_index_peak_bytes']:.2f}x it)"
+           if peak_heap and smp.get('retained_index_peak_bytes') else "")
         f" ({smp.samples} INFO samples, longest gap {smp.max_gap:.2f}s)")
     if smp.missing:
         log(f"  INFO fields missing on this server: "
