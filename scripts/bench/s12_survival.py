@@ -450,6 +450,8 @@ def report(ctx, m, label, record_targets=True):
                                 ("calls_median", k["calls"], ""), ("keys_median", k["keys"], ""),
                                 ("duplicates", k["dups"], "")]:
             res.record(SC, metric, v, unit, variant=variant)
+    live_peak = smp.get("retained_index_peak_bytes")
+    over_live = f" (peak heap {peak_heap / live_peak:.2f}x it)" if peak_heap and live_peak else ""
     log(f"  memory: index before the load {mib(m['index0'])}, heap before {mib(m['heap0'])}, "
         f"retained limit {mib(m['cap'])} ({m['cap_source']}), "
         f"peak heap {mib(peak_heap)} (" + (f"{ratio:.2f}x the index" if ratio is not None
@@ -458,10 +460,8 @@ def report(ctx, m, label, record_targets=True):
         f"{smp.get('retained_versions') if smp.get('retained_versions') is not None else 'missing'}, "
         f"peak undo entries {fmt(smp.get('history_entries')) if smp.get('history_entries') is not None else 'missing'} "
         f"({mib(smp.get('history_bytes'))}); largest live index during the run "
-        f"{mib(smp.get('retained_index_peak_bytes'))}"
-        + (f" (peak heap {peak_heap / smp['retained_index_peak_bytes']:.2f}x it)"
-           if peak_heap and smp.get('retained_index_peak_bytes') else "")
-        f" ({smp.samples} INFO samples, longest gap {smp.max_gap:.2f}s)")
+        f"{mib(smp.get('retained_index_peak_bytes'))}{over_live} "
+        f"({smp.samples} INFO samples, longest gap {smp.max_gap:.2f}s)")
     if smp.missing:
         log(f"  INFO fields missing on this server: "
             f"{', '.join('snapshot_' + f for f in sorted(smp.missing))}")

@@ -721,16 +721,23 @@ impl Asm {
     /// Polls `node` (no sleep) until one of its migrations of `range` is in
     /// one of `states`.
     pub fn wait(self, node: &Server, range: &str, states: &[&str]) {
+        if let Err(now) = self.try_wait(node, range, states) {
+            panic!("migration {range} not in {states:?}: {now:?}");
+        }
+    }
+
+    /// [`wait`](Self::wait) for at most [`TOPOLOGY_TIMEOUT`]; the states
+    /// listed last if none got there.
+    pub fn try_wait(self, node: &Server, range: &str, states: &[&str]) -> Result<(), Vec<String>> {
         let deadline = Instant::now() + TOPOLOGY_TIMEOUT;
         loop {
             let now = self.states(node, range);
             if now.iter().any(|s| states.contains(&s.as_str())) {
-                return;
+                return Ok(());
             }
-            assert!(
-                Instant::now() < deadline,
-                "migration {range} not in {states:?}: {now:?}"
-            );
+            if Instant::now() >= deadline {
+                return Err(now);
+            }
         }
     }
 }

@@ -74,6 +74,8 @@ pub struct Totals {
     pub refused: u64,
     /// Topology changes made (resharding, failovers).
     pub topology: u64,
+    /// Atomic migrations the server left stuck, cancelled (see `topo::run`).
+    pub abandoned: u64,
 }
 
 pub(crate) fn caps(mode: Mode, t: &Target) -> Caps {
@@ -186,7 +188,9 @@ pub(crate) fn run_step(
             let _ = t.evict(*b);
         }
         Step::Topology(op) => {
-            topo::run(t, op);
+            if topo::run(t, op) {
+                totals.abandoned += 1;
+            }
             totals.topology += 1;
         }
         Step::Check(c) => {
@@ -299,7 +303,7 @@ fn fuzz(mode: Mode) {
         }
     }
     let line = format!(
-        "fuzz: server={} mode={} seeds={} steps={} checks={} failures={} refused={} topology={} seconds={}",
+        "fuzz: server={} mode={} seeds={} steps={} checks={} failures={} refused={} topology={} abandoned={} seconds={}",
         Server::server_name(),
         mode.name(),
         seeds_run,
@@ -308,6 +312,7 @@ fn fuzz(mode: Mode) {
         totals.failures,
         totals.refused,
         totals.topology,
+        totals.abandoned,
         start.elapsed().as_secs()
     );
     eprintln!("{line}");

@@ -129,16 +129,24 @@ fn when_settled(what: &str, mut f: impl FnMut() -> redis::RedisResult<Value>) {
     }
 }
 
-/// Runs `op`, its writes interleaved; returns once the cluster is stable.
-pub fn run(t: &mut Target, op: &Op) {
-    match op.kind {
-        Kind::Failover => t.failover(),
-        Kind::Reshard => reshard(t, op),
+/// Runs `op`, its writes interleaved; returns once the cluster is stable,
+/// and whether an atomic migration the server left stuck was abandoned.
+pub fn run(t: &mut Target, op: &Op) -> bool {
+    let abandoned = match op.kind {
+        Kind::Failover => {
+            t.failover();
+            false
+        }
+        Kind::Reshard => {
+            reshard(t, op);
+            false
+        }
         Kind::Atomic | Kind::CancelledImport => atomic(t, op),
-    }
+    };
     if let Some(c) = t.cluster() {
         c.wait_stable();
     }
+    abandoned
 }
 
 fn reshard(t: &mut Target, op: &Op) {
@@ -203,7 +211,8 @@ fn reshard(t: &mut Target, op: &Op) {
     write_stage(t, op, 5);
 }
 
-fn atomic(t: &mut Target, op: &Op) {
+/// Whether the migration was left stuck by the server and abandoned.
+fn atomic(t: &mut Target, op: &Op) -> bool {
     let asm = t.asm.expect("atomic slot migration");
     let range = format!("{}-{}", op.slot, op.slot);
     let cancel = op.kind == Kind::CancelledImport;
@@ -220,11 +229,11 @@ fn atomic(t: &mut Target, op: &Op) {
         write_stage(t, op, i);
     }
     let c = t.cluster().expect("a cluster");
-    if cancel {
+    let waited = if cancel {
         asm.cancel(c, op.from, op.to);
         // A slot of a few keys may be imported before the cancel lands
         // (Redis holds its snapshot per key): then it simply completed.
-        asm.wait(
+        let r = asm.try_wait(
             &c.nodes[op.to],
             &range,
             &["canceled", "cancelled", "failed", asm.done_state()],
@@ -232,9 +241,25 @@ fn atomic(t: &mut Target, op: &Op) {
         asm.hold(&c.nodes[op.from], false);
         asm.cancel_source(c, op.from);
         asm.wait_settled(&c.nodes[op.from], &range);
+        r
     } else {
-        asm.wait(&c.nodes[op.to], &range, &[asm.done_state()]);
-        asm.wait(&c.nodes[op.from], &range, &[asm.done_state()]);
+        asm.try_wait(&c.nodes[op.to], &range, &[asm.done_state()])
+            .and_then(|()| asm.try_wait(&c.nodes[op.from], &range, &[asm.done_state()]))
+    };
+    // A migration the server leaves stuck (Redis 8.6, rarely: an import
+    // waiting for the source's STREAM-EOF that never comes, right after a
+    // cancelled one from the same source) is not the module's to judge:
+    // cancelled on both sides, and the checks go on over what each node
+    // then holds.
+    let abandoned = waited.is_err();
+    if let Err(states) = waited {
+        eprintln!("fuzz: atomic migration {range} stuck ({states:?}): cancelled on both sides");
+        asm.hold(&c.nodes[op.from], false);
+        asm.cancel(c, op.from, op.to);
+        asm.cancel_source(c, op.from);
+        asm.wait_settled(&c.nodes[op.to], &range);
+        asm.wait_settled(&c.nodes[op.from], &range);
     }
     write_stage(t, op, 5);
+    abandoned
 }
