@@ -14,6 +14,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -464,6 +465,65 @@ class Sclient:
         if not out.strip():
             raise RuntimeError(f"sclient gave no output: {err.strip()}")
         return json.loads(out)
+
+
+class InfoSampler:
+    """Polls INFO snapshot every `period` s on its own connection; keeps the
+    peaks of `fields` (names after `snapshot_`) and which of them the server
+    does not have: a missing figure is reported missing, never read as 0."""
+
+    def __init__(self, port, fields, period=0.1, limit_s=3600):
+        self.fields = list(fields)
+        self.r = redis.Redis(host="127.0.0.1", port=port, socket_timeout=30,
+                             decode_responses=True)
+        self.period, self.limit_s = period, limit_s
+        self.peak = {}
+        self.missing = set()
+        self.samples = 0
+        self.max_gap = 0.0
+        self.error = None
+        self.stop_ev = threading.Event()
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+
+    def _run(self):
+        t0 = last = time.time()
+        try:
+            while not self.stop_ev.is_set() and time.time() - t0 < self.limit_s:
+                i = self.r.info("snapshot")
+                now = time.time()
+                if self.samples:
+                    self.max_gap = max(self.max_gap, now - last)
+                last = now
+                for f in self.fields:
+                    v = i.get("snapshot_" + f)
+                    if v is None:
+                        self.missing.add(f)
+                    else:
+                        self.peak[f] = max(self.peak.get(f, 0), int(v))
+                self.samples += 1
+                self.stop_ev.wait(self.period)
+        except Exception as e:  # noqa: BLE001 - reported by stop()
+            self.error = e
+
+    def stop(self):
+        self.stop_ev.set()
+        self.t.join(30)
+        self.r.close()
+        if self.error:
+            raise RuntimeError(f"INFO sampler: {self.error}")
+
+    def get(self, f):
+        """The peak, or None when the server has no such field."""
+        return None if f in self.missing or f not in self.peak else self.peak[f]
+
+    def require(self, f):
+        """The peak; raises when the server has no such field."""
+        v = self.get(f)
+        if v is None:
+            raise RuntimeError(f"INFO snapshot has no snapshot_{f}")
+        return v
+
 
 
 class Probe:

@@ -50,7 +50,7 @@ import time
 
 import redis
 
-from lib import Sclient, fmt, log, mem_available_kb, median
+from lib import InfoSampler, Sclient, fmt, log, mem_available_kb, median
 
 NAME = "survival"
 SC = "12-survival"
@@ -243,54 +243,6 @@ class Iteration(threading.Thread):
                 conn.close()
 
 
-class Sampler:
-    """Polls INFO snapshot every `period` s on its own connection; keeps the
-    peaks of PEAK_FIELDS and which of them the server does not have."""
-
-    def __init__(self, port, period=0.1, limit_s=3600):
-        self.r = redis.Redis(host="127.0.0.1", port=port, socket_timeout=30,
-                             decode_responses=True)
-        self.period, self.limit_s = period, limit_s
-        self.peak = {}
-        self.missing = set()
-        self.samples = 0
-        self.max_gap = 0.0
-        self.error = None
-        self.stop_ev = threading.Event()
-        self.t = threading.Thread(target=self._run, daemon=True)
-        self.t.start()
-
-    def _run(self):
-        t0 = last = time.time()
-        try:
-            while not self.stop_ev.is_set() and time.time() - t0 < self.limit_s:
-                i = self.r.info("snapshot")
-                now = time.time()
-                if self.samples:
-                    self.max_gap = max(self.max_gap, now - last)
-                last = now
-                for f in PEAK_FIELDS:
-                    v = i.get("snapshot_" + f)
-                    if v is None:
-                        self.missing.add(f)
-                    else:
-                        self.peak[f] = max(self.peak.get(f, 0), int(v))
-                self.samples += 1
-                self.stop_ev.wait(self.period)
-        except Exception as e:  # noqa: BLE001 - reported by stop()
-            self.error = e
-
-    def stop(self):
-        self.stop_ev.set()
-        self.t.join(30)
-        self.r.close()
-        if self.error:
-            raise RuntimeError(f"INFO sampler: {self.error}")
-
-    def get(self, f):
-        """The peak, or None when the server has no such field."""
-        return None if f in self.missing or f not in self.peak else self.peak[f]
-
 
 def deadline_s(ctx, n_keys):
     """How long the iterations may take: generous for this 2-core machine
@@ -342,7 +294,7 @@ def survival(ctx, n_keys, rate):
                                                ["--count", total, "--range", rng, "--seed", seed,
                                                 "--depth", 16, "--rate", per, "--seconds", run_s],
                                                cmd))
-            sampler = Sampler(s.port)
+            sampler = InfoSampler(s.port, PEAK_FIELDS)
             time.sleep(1.0)  # the load is steady
             start = threading.Event()
             deadline = time.time() + limit

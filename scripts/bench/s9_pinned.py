@@ -20,12 +20,11 @@ raised for the test: snapshot.max-open-cursors 4096 and
 snapshot.cursor-idle-timeout 600 (when the server accepts them).
 """
 
-import threading
 import time
 
 import redis
 
-from lib import Sclient, fmt, log
+from lib import InfoSampler, Sclient, fmt, log
 
 NAME = "pinned"
 SC = "9-pinned"
@@ -33,47 +32,6 @@ PINS = 1024
 RATE = 20_000  # writes per second during the test
 PIN_RATE = 250  # iterations opened per second
 VALUE = "x" * 16
-
-
-class Sampler:
-    """Polls INFO snapshot every `period` s on its own connection; keeps the peaks."""
-
-    def __init__(self, port, period=0.1, limit_s=900):
-        self.r = redis.Redis(host="127.0.0.1", port=port, socket_timeout=30,
-                             decode_responses=True)
-        self.period, self.limit_s = period, limit_s
-        self.peak_heap = 0
-        self.peak_retained = 0
-        self.peak_retained_bytes = 0
-        self.peak_backlog = 0
-        self.samples = 0
-        self.error = None
-        self.stop_ev = threading.Event()
-        self.t = threading.Thread(target=self._run, daemon=True)
-        self.t.start()
-
-    def _run(self):
-        t0 = time.time()
-        try:
-            while not self.stop_ev.is_set() and time.time() - t0 < self.limit_s:
-                i = self.r.info("snapshot")
-                self.peak_heap = max(self.peak_heap, int(i.get("snapshot_module_heap_bytes", 0)))
-                self.peak_retained = max(self.peak_retained,
-                                         int(i.get("snapshot_retained_versions", 0)))
-                self.peak_retained_bytes = max(self.peak_retained_bytes,
-                                               int(i.get("snapshot_retained_bytes", 0)))
-                self.peak_backlog = max(self.peak_backlog, int(i.get("snapshot_index_backlog", 0)))
-                self.samples += 1
-                self.stop_ev.wait(self.period)
-        except Exception as e:  # noqa: BLE001 - reported by stop()
-            self.error = e
-
-    def stop(self):
-        self.stop_ev.set()
-        self.t.join(30)
-        self.r.close()
-        if self.error:
-            raise RuntimeError(f"INFO sampler: {self.error}")
 
 
 def config_get(r, name):
@@ -122,7 +80,8 @@ def run(ctx):
                                                    "--seed", 77, "--depth", 16, "--rate", RATE,
                                                    "--seconds", hold_s + 120],
                                  ["SET", "key:{k}", VALUE, "EX", 100000])
-        sampler = Sampler(s.port)
+        sampler = InfoSampler(s.port, ["module_heap_bytes", "retained_versions", "retained_bytes",
+                                            "index_backlog"], limit_s=900)
         cursors = []
         refused = 0
         try:
@@ -169,7 +128,10 @@ def run(ctx):
                 alive += 1
         counters = {k: int(v) for k, v in s.snap_info().items() if k.startswith("cursors_evicted")}
         writes = lo["n"]
-        peak = sampler.peak_heap
+        peak = sampler.require("module_heap_bytes")
+        peak_versions = sampler.require("retained_versions")
+        peak_retained_nodes = sampler.require("retained_bytes")
+        peak_backlog = sampler.require("index_backlog")
         ratio_index = peak / index0
         retained_peak = max(0, peak - heap0)
         log(f"  {PINS - refused} iterations opened ({refused} refused near the limit) in "
@@ -183,10 +145,10 @@ def run(ctx):
         log(f"  {mib(index0):>9s} {mib(heap0):>9s} {mib(heap_pinned):>9s} {mib(peak):>9s} "
             f"{mib(heap_end):>9s} {ratio_index:>10.2f} {mib(retained_peak):>9s} "
             f"{(mib(cap) if cap is not None else 'none'):>9s} "
-            f"{(f'{retained_peak / cap:.2f}' if cap else '-'):>8s}  {sampler.peak_retained:>8d}  "
+            f"{(f'{retained_peak / cap:.2f}' if cap else '-'):>8s}  {peak_versions:>8d}  "
             f"{alive}/{ended}" + (f" ({first_err[:80]})" if first_err else ""))
-        log(f"  peak snapshot_retained_bytes {mib(sampler.peak_retained_bytes)} (old versions' nodes), "
-            f"peak snapshot_index_backlog {sampler.peak_backlog:,}")
+        log(f"  peak snapshot_retained_bytes {mib(peak_retained_nodes)} (old versions' nodes), "
+            f"peak snapshot_index_backlog {peak_backlog:,}")
         log("  counters: " + (", ".join(f"snapshot_{k} {v}" for k, v in counters.items())
                               or "no snapshot_cursors_evicted* field"))
         for metric, v, unit in [("index_bytes", index0, "bytes"), ("heap_before_bytes", heap0, "bytes"),
@@ -194,9 +156,9 @@ def run(ctx):
                                 ("peak_heap_bytes", peak, "bytes"), ("heap_end_bytes", heap_end, "bytes"),
                                 ("peak_heap_over_index", ratio_index, "x"),
                                 ("peak_retained_bytes", retained_peak, "bytes"),
-                                ("peak_retained_versions", sampler.peak_retained, ""),
-                                ("peak_retained_node_bytes", sampler.peak_retained_bytes, "bytes"),
-                                ("peak_index_backlog", sampler.peak_backlog, ""),
+                                ("peak_retained_versions", peak_versions, ""),
+                                ("peak_retained_node_bytes", peak_retained_nodes, "bytes"),
+                                ("peak_index_backlog", peak_backlog, ""),
                                 ("cursors_alive", alive, ""), ("cursors_ended", ended, ""),
                                 ("opens_refused", refused, ""),
                                 ("writes", writes, ""), ("pin_seconds", pin_s, "s"),

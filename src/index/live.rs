@@ -837,9 +837,6 @@ impl Live {
             }
         }
         self.cut_due(ks);
-        // The undo logs' collector keeps pace with what was applied (and
-        // goes on when the log is idle: the indexer's polls).
-        ks.collect_history(2 * done + COLLECT_MIN);
         freed.extend(ks.take_garbage());
         self.changes.fetch_add(changed, Ordering::Relaxed);
         if done > 0 {
@@ -889,7 +886,17 @@ impl Live {
         loop {
             let applied = {
                 let mut ks = lock(&self.index);
-                self.apply_batch(&mut ks, BATCH, dispose)
+                let applied = self.apply_batch(&mut ks, BATCH, dispose);
+                // The undo logs' collector keeps pace with what was applied
+                // (and goes on when the log is idle: every poll). Here only,
+                // never where the main thread applies a batch: a pass begins
+                // by copying every open snapshot's position.
+                ks.collect_history(2 * applied + COLLECT_MIN);
+                let freed = ks.take_garbage();
+                if !freed.is_empty() {
+                    dispose(freed);
+                }
+                applied
             };
             self.let_waiters_in();
             after_batch(applied);
