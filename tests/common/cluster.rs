@@ -174,6 +174,29 @@ impl Cluster {
     }
 
     /// Index of the node that owns `slot` according to node 0.
+    /// The owner of `slot` once every node names the same one (polled, no
+    /// sleep, for at most [`TOPOLOGY_TIMEOUT`]): right after a migration a
+    /// node's view may still be the old one.
+    pub fn agreed_owner(&self, slot: u16) -> usize {
+        let deadline = Instant::now() + TOPOLOGY_TIMEOUT;
+        loop {
+            let views: Vec<String> = self
+                .nodes
+                .iter()
+                .map(|n| slot_owners(&mut n.client())[slot as usize].clone())
+                .collect();
+            if views.iter().all(|v| *v == views[0]) {
+                if let Some(i) = self.ids.iter().position(|id| *id == views[0]) {
+                    return i;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the nodes disagree on the owner of slot {slot}: {views:?}"
+            );
+        }
+    }
+
     pub fn owner(&self, slot: u16) -> usize {
         let owners = slot_owners(&mut self.nodes[0].client());
         let id = &owners[slot as usize];
