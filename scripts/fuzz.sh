@@ -10,6 +10,7 @@
 #   scripts/fuzz.sh --server valkey-9.1 --mode cluster-3 --minutes 30
 #   scripts/fuzz.sh --seeds 100..200 --steps 20000    seeds and steps per seed
 #   scripts/fuzz.sh --jobs 2                          servers fuzzed in parallel
+#   scripts/fuzz.sh --total-steps 1000000             a mode stops once it made that many steps
 #   scripts/fuzz.sh --report docs/fuzz.txt            where the totals go (default target/fuzz-report.txt)
 #
 # Modes: standalone, cluster-1, cluster-3, replica, serve-native.
@@ -23,6 +24,7 @@ modes=()
 seeds="1000..100000"
 steps=20000
 minutes=10
+total_steps=""
 jobs=1
 report="target/fuzz-report.txt"
 while (($#)); do
@@ -32,9 +34,10 @@ while (($#)); do
         --seeds) seeds="$2"; shift 2 ;;
         --steps) steps="$2"; shift 2 ;;
         --minutes) minutes="$2"; shift 2 ;;
+        --total-steps) total_steps="$2"; shift 2 ;;
         --jobs) jobs="$2"; shift 2 ;;
         --report) report="$2"; shift 2 ;;
-        -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "fuzz.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -53,7 +56,8 @@ fuzz_server() {
         mode_rc=0
         SNAPSCAN_SERVER="$path" SNAPSCAN_SERVER_NAME="$name" \
         SNAPSCAN_FUZZ_MODES="$mode" SNAPSCAN_FUZZ_SEEDS="$seeds" SNAPSCAN_FUZZ_STEPS="$steps" \
-        SNAPSCAN_FUZZ_SECONDS=$((minutes * 60)) SNAPSCAN_FUZZ_REPORT="$report" \
+        SNAPSCAN_FUZZ_SECONDS=$((minutes * 60)) SNAPSCAN_FUZZ_TOTAL_STEPS="$total_steps" \
+        SNAPSCAN_FUZZ_REPORT="$report" \
             timeout -k 30 $((minutes * 60 + 600)) \
             cargo test --release --test fuzz -- --test-threads=1 --nocapture fuzz_ \
             > "target/fuzz-$name-$mode.log" 2>&1 || mode_rc=1

@@ -10,6 +10,8 @@
 //! hundred steps per mode. Campaigns: `scripts/fuzz.sh` sets
 //! `SNAPSCAN_FUZZ_SEEDS` (`a..b` or a list), `SNAPSCAN_FUZZ_STEPS` (per
 //! seed), `SNAPSCAN_FUZZ_SECONDS` (per mode; the run stops when spent),
+//! `SNAPSCAN_FUZZ_TOTAL_STEPS` (per mode; the run stops once it made that
+//! many steps),
 //! `SNAPSCAN_FUZZ_MODES` (comma list of mode names) and
 //! `SNAPSCAN_FUZZ_REPORT` (a file; one line of totals per mode is
 //! appended).
@@ -37,6 +39,7 @@ struct Settings {
     seeds: Vec<u64>,
     steps: u64,
     seconds: Option<u64>,
+    total_steps: Option<u64>,
     modes: Option<Vec<String>>,
     report: Option<String>,
 }
@@ -58,6 +61,7 @@ fn settings() -> Settings {
         seeds,
         steps: env("SNAPSCAN_FUZZ_STEPS").map_or(CI_STEPS, |s| s.parse().expect("steps")),
         seconds: env("SNAPSCAN_FUZZ_SECONDS").map(|s| s.parse().expect("seconds")),
+        total_steps: env("SNAPSCAN_FUZZ_TOTAL_STEPS").map(|s| s.parse().expect("total steps")),
         modes: env("SNAPSCAN_FUZZ_MODES")
             .map(|s| s.split(',').map(|m| m.trim().to_string()).collect()),
         report: env("SNAPSCAN_FUZZ_REPORT"),
@@ -231,6 +235,7 @@ fn run_seed(
     seed: u64,
     steps: u64,
     deadline: Option<Instant>,
+    total_steps: Option<u64>,
     totals: &mut Totals,
 ) -> Result<(), (Vec<Step>, String)> {
     let mut t = Target::start(mode);
@@ -239,8 +244,10 @@ fn run_seed(
     let mut log: Vec<Step> = Vec::new();
     let mut topo_state = topo::State::default();
     for i in 0..steps {
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            break; // the campaign's time is spent: the final checks still run
+        if deadline.is_some_and(|d| Instant::now() >= d)
+            || total_steps.is_some_and(|n| totals.steps >= n)
+        {
+            break; // the campaign's time or steps are spent: the final checks still run
         }
         let s = if i + 1 == steps {
             Step::Check(Check::Count)
@@ -291,12 +298,13 @@ fn fuzz(mode: Mode) {
     for &seed in &s.seeds {
         if s.seconds
             .is_some_and(|limit| start.elapsed() >= Duration::from_secs(limit))
+            || s.total_steps.is_some_and(|n| totals.steps >= n)
         {
             break;
         }
         seeds_run += 1;
         let deadline = s.seconds.map(|limit| start + Duration::from_secs(limit));
-        if let Err((log, e)) = run_seed(mode, seed, s.steps, deadline, &mut totals) {
+        if let Err((log, e)) = run_seed(mode, seed, s.steps, deadline, s.total_steps, &mut totals) {
             totals.failures += 1;
             failure = Some((seed, log, e));
             break;
