@@ -100,12 +100,6 @@ pub(crate) fn decode(enc: &[u8], out: &mut Vec<u8>) -> Option<u64> {
     None
 }
 
-/// The version of an undo key of `key` (already known to be one).
-fn version_of(enc: &[u8], key: &[u8]) -> Option<u64> {
-    let escaped = key.len() + key.iter().filter(|&&b| b == 0).count();
-    read_version(enc.get(escaped + 2..)?)
-}
-
 /// Whether the undo key `enc` is one of `key`'s (no allocation).
 fn is_of(enc: &[u8], key: &[u8]) -> bool {
     let mut i = 0;
@@ -231,6 +225,7 @@ impl Reader {
             live_next: None,
             live_loaded: false,
             undo,
+            undo_map: &self.view.undo,
             undo_next,
             group: None,
             key: Vec::new(),
@@ -259,6 +254,8 @@ pub struct Merged<'a> {
     live_next: Option<Meta>,
     live_loaded: bool,
     undo: Iter<'a>,
+    /// The map `undo` walks (sought past a key's many versions).
+    undo_map: &'a KeyMap,
     /// The undo entry not yet read into a group (its key is `undo`'s).
     undo_next: Option<Meta>,
     /// The next undo key's value at the version (`Some(None)`: no change
@@ -269,26 +266,36 @@ pub struct Merged<'a> {
 }
 
 impl Merged<'_> {
-    /// Reads every undo entry of the next key into `group`.
+    /// Reads the next key's value at the version into `group`, and moves
+    /// the undo iterator to the key after it. A key with one entry (the
+    /// common case) is read in place; one with several is sought: the
+    /// entry of the first change after the version, then the next key
+    /// (a key changed at every version of many open snapshots must not
+    /// cost a walk over all of them per read).
     fn load_group(&mut self) {
         let Some(first) = self.undo_next else {
             return;
         };
-        let mut m = first;
         let mut chosen = None;
-        let mut ver = decode(self.undo.key(), &mut self.key);
-        loop {
-            if chosen.is_none() && ver.is_some_and(|v| v > self.version) {
-                chosen = Some(m);
-            }
-            self.undo_next = self.undo.next_entry().map(|(_, m)| m);
-            match self.undo_next {
-                Some(next) if is_of(self.undo.key(), &self.key) => {
-                    m = next;
-                    ver = version_of(self.undo.key(), &self.key);
+        let ver = decode(self.undo.key(), &mut self.key);
+        if ver.is_some_and(|v| v > self.version) {
+            chosen = Some(first);
+        }
+        self.undo_next = self.undo.next_entry().map(|(_, m)| m);
+        if self.undo_next.is_some() && is_of(self.undo.key(), &self.key) {
+            let mut probe = Vec::with_capacity(self.key.len() + 12);
+            if chosen.is_none() {
+                encode(&self.key, self.version.saturating_add(1), &mut probe);
+                let mut it = self.undo_map.range_from(Bound::Included(&probe[..]));
+                if let Some((e, m)) = it.next_entry() {
+                    if is_of(e, &self.key) {
+                        chosen = Some(m);
+                    }
                 }
-                _ => break,
             }
+            encode(&self.key, u64::MAX, &mut probe);
+            self.undo = self.undo_map.range_from(Bound::Excluded(&probe[..]));
+            self.undo_next = self.undo.next_entry().map(|(_, m)| m);
         }
         self.group = Some(chosen);
     }
@@ -441,6 +448,11 @@ pub struct Undo {
     /// leaves that later changes copy: dropped once no snapshot is open).
     viewed: bool,
     pass: Option<Pass>,
+    /// Work the collector may spend beginning a pass (which copies every
+    /// open snapshot's position): budgets accrue here while no pass runs,
+    /// so that with many snapshots open and a small log a pass does not
+    /// begin at every batch (that cost grew as snapshots times batches).
+    credit: usize,
     scratch: Vec<u8>,
 }
 
@@ -538,6 +550,7 @@ impl Undo {
     /// now: those that ended since the pass began no longer count).
     pub fn restart_collection(&mut self) {
         self.pass = None;
+        self.credit = usize::MAX;
     }
 
     /// Bytes of the log's nodes.
@@ -547,9 +560,12 @@ impl Undo {
 
     /// Examines at most `budget` entries of the log and removes those no
     /// open snapshot can read; the whole log at once when none is open.
-    /// `version` is the database's now. Returns a log to free off the main
-    /// thread, if one was dropped, and whether a pass ended (or none was
-    /// needed).
+    /// A new pass begins only once the budgets given since the last one
+    /// ended add up to the number of open snapshots (or right after
+    /// [`Undo::restart_collection`]): the collector's work stays
+    /// proportional to its budgets. `version` is the database's now.
+    /// Returns a log to free off the main thread, if one was dropped, and
+    /// whether a pass ended (or none was needed).
     pub fn collect(&mut self, budget: usize, version: u64) -> (Option<KeyMap>, bool) {
         if self.viewed && !self.pinned() {
             // Nobody reads the view: it would keep what the live map's
@@ -568,6 +584,14 @@ impl Undo {
         if !self.pinned() {
             self.pass = None;
             return (Some(std::mem::take(&mut self.map)), true);
+        }
+        if self.pass.is_none() {
+            self.credit = self.credit.saturating_add(budget);
+            let cost = self.hist.open.load(Ordering::Relaxed);
+            if self.credit < cost {
+                return (None, false);
+            }
+            self.credit = 0;
         }
         let pass = self
             .pass
