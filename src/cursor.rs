@@ -49,7 +49,7 @@
 //! among them).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -171,6 +171,9 @@ pub struct Registry<T> {
     waiting: AtomicUsize,
     /// Entries one bulk hold ends at most ([`CHUNK`]; smaller in tests).
     chunk: usize,
+    /// How long a used cursor stays answerable: [`RETRY_MS`] (shorter
+    /// only under the integration tests' hooks, see `commands::testhook`).
+    retry_ms: AtomicU64,
 }
 
 /// Counters exposed in INFO.
@@ -237,6 +240,7 @@ impl<T> Registry<T> {
             keys: std::collections::hash_map::RandomState::new(),
             waiting: AtomicUsize::new(0),
             chunk: chunk.max(1),
+            retry_ms: AtomicU64::new(RETRY_MS),
             inner: Mutex::new(Inner {
                 entries: HashMap::new(),
                 fresh: BTreeMap::new(),
@@ -253,6 +257,16 @@ impl<T> Registry<T> {
                 spent_order: VecDeque::new(),
             }),
         }
+    }
+
+    /// Sets how long a used cursor stays answerable (test hooks only: the
+    /// window is [`RETRY_MS`] otherwise).
+    pub fn set_retry_ms(&self, ms: u64) {
+        self.retry_ms.store(ms, Ordering::Relaxed);
+    }
+
+    fn retry_ms(&self) -> u64 {
+        self.retry_ms.load(Ordering::Relaxed)
     }
 
     /// The mutex, for O(log n) work (counted as waiting meanwhile, so that
@@ -386,10 +400,11 @@ impl<T> Registry<T> {
     where
         T: Clone,
     {
+        let retry_ms = self.retry_ms();
         let mut g = self.lock();
         let inner = &mut *g;
         let mut aged = Vec::new();
-        age_spent(inner, now_ms, SPENT_MAX, usize::MAX, &mut aged);
+        age_spent(inner, now_ms, retry_ms, SPENT_MAX, usize::MAX, &mut aged);
         if let Some(s) = inner.spent.get(&id) {
             if let Err(e) = check(s.db, &s.value) {
                 return (Err(Some(e)), aged);
@@ -417,7 +432,14 @@ impl<T> Registry<T> {
             return (Err(None), aged);
         };
         // Room for this copy.
-        age_spent(inner, now_ms, SPENT_MAX - 1, usize::MAX, &mut aged);
+        age_spent(
+            inner,
+            now_ms,
+            retry_ms,
+            SPENT_MAX - 1,
+            usize::MAX,
+            &mut aged,
+        );
         inner.spent.insert(
             id,
             Spent {
@@ -452,8 +474,9 @@ impl<T> Registry<T> {
     /// Copies kept for retries whose [`RETRY_MS`] passed go too (not
     /// counted in the result).
     pub fn expire_idle(&self, now_ms: u64, idle_ms: u64, mut dispose: impl FnMut(Vec<T>)) -> usize {
+        let retry_ms = self.retry_ms();
         self.in_chunks(
-            |inner, n, out| age_spent(inner, now_ms, SPENT_MAX, n, out),
+            |inner, n, out| age_spent(inner, now_ms, retry_ms, SPENT_MAX, n, out),
             &mut dispose,
         );
         self.in_chunks(
@@ -488,7 +511,7 @@ impl<T> Registry<T> {
     pub fn drop_spent(&self) -> Vec<T> {
         let mut all = Vec::new();
         self.in_chunks(
-            |inner, n, out| age_spent(inner, 0, 0, n, out),
+            |inner, n, out| age_spent(inner, 0, 0, 0, n, out),
             |v| all.extend(v),
         );
         all
@@ -534,9 +557,16 @@ impl<T> Registry<T> {
 }
 
 /// Drops at most `n` copies kept for retries, oldest first, while the
-/// oldest was used more than [`RETRY_MS`] before `now_ms` or more than
+/// oldest was used more than `retry_ms` before `now_ms` or more than
 /// `max` are kept; whether some may be left.
-fn age_spent<T>(inner: &mut Inner<T>, now_ms: u64, max: usize, n: usize, out: &mut Vec<T>) -> bool {
+fn age_spent<T>(
+    inner: &mut Inner<T>,
+    now_ms: u64,
+    retry_ms: u64,
+    max: usize,
+    n: usize,
+    out: &mut Vec<T>,
+) -> bool {
     let start = out.len();
     while let Some(&old) = inner.spent_order.front() {
         if out.len() - start >= n {
@@ -545,7 +575,7 @@ fn age_spent<T>(inner: &mut Inner<T>, now_ms: u64, max: usize, n: usize, out: &m
         let keep = inner
             .spent
             .get(&old)
-            .is_some_and(|s| now_ms.saturating_sub(s.used_ms) <= RETRY_MS)
+            .is_some_and(|s| now_ms.saturating_sub(s.used_ms) <= retry_ms)
             && inner.spent.len() <= max;
         if keep {
             break;

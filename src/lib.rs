@@ -108,7 +108,7 @@ mod onload {
             return Status::Err;
         }
         server::latency::init::<ModuleLatency>(ctx.ctx, &m.latency);
-        commands::testhook::at_load(m.threads);
+        commands::testhook::at_load(m);
         m.hash_field_ttl.store(
             has_hash_field_ttl(ctx),
             std::sync::atomic::Ordering::Relaxed,

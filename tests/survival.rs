@@ -49,7 +49,7 @@ fn populated(n: u64) -> Vec<String> {
 #[test]
 fn an_iteration_open_across_writes_to_every_key_completes_exactly() {
     const N: u64 = 50_000;
-    let server = Server::start();
+    let server = Server::start_with(ServerOpts::new().quick_retry());
     let mut con = server.client();
     let _: Value = query(&mut con, &["DEBUG", "POPULATE", &N.to_string()]).unwrap();
     settled(&mut con);
@@ -78,7 +78,8 @@ fn an_iteration_open_across_writes_to_every_key_completes_exactly() {
         "each key of the snapshot once, in byte order"
     );
     assert_eq!(info_u64(&mut con, "snapshot_cursors_evicted_memory"), 0);
-    // Ended, it holds nothing (its retry copy ages out within 10 s).
+    // Ended, it holds nothing once its retry copy aged out (the retry
+    // window, shortened here).
     wait_until("the undo log emptied", WAIT, || {
         info_u64(&mut con, "snapshot_history_entries") == 0
     });

@@ -4,9 +4,10 @@
 //! production server never has it.
 
 use crate::args::CmdError;
-use crate::runtime::{Fault, Threads};
+use crate::runtime::Fault;
 use crate::server::locked::ServerLock;
 use crate::server::{reply::Reply, Ctx};
+use crate::state::Shared;
 use std::sync::atomic::Ordering;
 
 /// Whether the test hooks are enabled (read once, at load).
@@ -15,16 +16,21 @@ pub fn enabled() -> bool {
 }
 
 /// Applies `SNAPSCAN_TEST_FAIL_SPAWNS=<n>` (the next n thread spawns fail)
-/// before the module starts its threads; test-only like the command.
-pub fn at_load(threads: &Threads) {
+/// before the module starts its threads, and `SNAPSCAN_TEST_RETRY_MS=<ms>`
+/// (used cursors stay answerable that long instead of `cursor::RETRY_MS`,
+/// so that tests of what ends after the window need not wait 10 s);
+/// test-only like the command.
+pub fn at_load(m: &Shared) {
     if !enabled() {
         return;
     }
-    if let Some(n) = std::env::var("SNAPSCAN_TEST_FAIL_SPAWNS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-    {
-        threads.faults.fail_next_spawns(n);
+    let var = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+    if let Some(n) = var("SNAPSCAN_TEST_FAIL_SPAWNS") {
+        m.threads.faults.fail_next_spawns(n as usize);
+    }
+    if let Some(ms) = var("SNAPSCAN_TEST_RETRY_MS") {
+        m.cursors.set_retry_ms(ms);
+        m.hash_cursors.set_retry_ms(ms);
     }
 }
 

@@ -297,20 +297,21 @@ fn worker_count_converges_after_a_shrink_interrupted_by_a_grow() {
         });
         config_set(&mut con, "snapshot.workers", "4");
         config_set(&mut con, "snapshot.workers", "3");
-        // Retiring threads notice within (threads x 100 ms): sample until settled.
-        let deadline = std::time::Instant::now() + Duration::from_secs(2);
-        let mut last = (0, 0);
-        while std::time::Instant::now() < deadline {
-            last = (
-                info_u64(&mut con, "snapshot_workers"),
-                worker_threads(pid).len(),
+        // Retiring threads notice within (threads x 100 ms): once at 3,
+        // it must stay there past that time (a wrong count settles later).
+        let sample =
+            |con: &mut Connection| (info_u64(con, "snapshot_workers"), worker_threads(pid).len());
+        wait_until("3 workers", Duration::from_secs(2), || {
+            sample(&mut con) == (3, 3)
+        });
+        let settled = std::time::Instant::now() + Duration::from_millis(600);
+        while std::time::Instant::now() < settled {
+            assert_eq!(
+                sample(&mut con),
+                (3, 3),
+                "round {round}: (INFO snapshot_workers, threads) with snapshot.workers 3"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        assert_eq!(
-            last,
-            (3, 3),
-            "round {round}: (INFO snapshot_workers, threads) with snapshot.workers 3"
-        );
     }
 }

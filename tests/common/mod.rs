@@ -28,6 +28,8 @@ pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
 /// snapshot or collection copy (README, Cursor lifetime); the janitor drops
 /// it within one of its ticks after that.
 pub const RETRY_WINDOW: Duration = Duration::from_secs(10);
+/// The retry window of a server started with [`ServerOpts::quick_retry`].
+pub const QUICK_RETRY_WINDOW: Duration = Duration::from_secs(2);
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 const SAVE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -48,6 +50,8 @@ pub struct ServerOpts {
     pub extra_modules: Vec<ExtraModule>,
     /// A config file, read before the command-line options.
     pub config_file: Option<PathBuf>,
+    /// Environment variables of the server process.
+    pub env: Vec<(String, String)>,
 }
 
 /// A module other than snapscan for [`ServerOpts::extra_modules`].
@@ -82,6 +86,19 @@ impl ServerOpts {
     pub fn config_file(mut self, path: &Path) -> Self {
         self.config_file = Some(path.to_path_buf());
         self
+    }
+    /// Sets an environment variable of the server process.
+    pub fn env(mut self, name: &str, value: &str) -> Self {
+        self.env.push((name.to_string(), value.to_string()));
+        self
+    }
+    /// The module's test hooks on, with used cursors answerable for
+    /// [`QUICK_RETRY_WINDOW`] instead of [`RETRY_WINDOW`]: for tests of
+    /// what is released once the window passed.
+    pub fn quick_retry(self) -> Self {
+        let ms = QUICK_RETRY_WINDOW.as_millis().to_string();
+        self.env("SNAPSCAN_TEST_HOOKS", "1")
+            .env("SNAPSCAN_TEST_RETRY_MS", &ms)
     }
     pub fn replica_of(mut self, port: u16) -> Self {
         self.replica_of = Some(port);
@@ -318,6 +335,9 @@ impl Server {
         }
         if let Some(p) = self.opts.replica_of {
             cmd.args(["--replicaof", "127.0.0.1"]).arg(p.to_string());
+        }
+        for (k, v) in &self.opts.env {
+            cmd.env(k, v);
         }
         cmd.stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())

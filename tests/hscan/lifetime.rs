@@ -4,7 +4,7 @@ use super::*;
 
 #[test]
 fn disconnect_mid_iteration_releases_the_copy() {
-    let server = Server::start();
+    let server = Server::start_with(ServerOpts::new().quick_retry());
     let mut con = server.client();
     fill_hash(&mut con, "h", 5_000, |i| format!("v{i}"));
     config_set(&mut con, "snapshot.cursor-idle-timeout", "1");
@@ -22,7 +22,7 @@ fn disconnect_mid_iteration_releases_the_copy() {
     // retry window.
     wait_until(
         "the orphaned hash snapshot to be released",
-        POLL + RETRY_WINDOW,
+        POLL + QUICK_RETRY_WINDOW,
         || {
             info_u64(&mut con, "snapshot_hash_snapshots_open") == 0
                 && info_u64(&mut con, "snapshot_hash_snapshot_bytes") == 0
@@ -39,7 +39,7 @@ fn disconnect_mid_iteration_releases_the_copy() {
     full(&mut con, "h", &Opts::count(1000));
     wait_until(
         "the finished iteration's copy to be released",
-        POLL + RETRY_WINDOW,
+        POLL + QUICK_RETRY_WINDOW,
         || {
             info_u64(&mut con, "snapshot_hash_snapshots_open") == 0
                 && info_u64(&mut con, "snapshot_hash_snapshot_bytes") == 0
@@ -84,7 +84,7 @@ fn disconnect_during_a_sliced_copy() {
 
 #[test]
 fn evicted_iterations_release_their_copies() {
-    let server = Server::start();
+    let server = Server::start_with(ServerOpts::new().quick_retry());
     let mut con = server.client();
     config_set(&mut con, "snapshot.max-open-cursors", "2");
     for k in ["a", "b", "c"] {
@@ -104,8 +104,12 @@ fn evicted_iterations_release_their_copies() {
         let rest = finish_from(&mut con, k, &c, &o, |_| {});
         assert_eq!(to_hash(&rest, false).len(), 1_990, "{k}");
     }
-    wait_until("all copies to be released", POLL + RETRY_WINDOW, || {
-        info_u64(&mut con, "snapshot_hash_snapshots_open") == 0
-            && info_u64(&mut con, "snapshot_hash_snapshot_bytes") == 0
-    });
+    wait_until(
+        "all copies to be released",
+        POLL + QUICK_RETRY_WINDOW,
+        || {
+            info_u64(&mut con, "snapshot_hash_snapshots_open") == 0
+                && info_u64(&mut con, "snapshot_hash_snapshot_bytes") == 0
+        },
+    );
 }

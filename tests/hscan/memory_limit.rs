@@ -5,7 +5,7 @@ use super::*;
 #[test]
 fn memory_limit_refuses_new_copies_and_recovers() {
     const N: usize = 5_000;
-    let server = Server::start();
+    let server = Server::start_with(ServerOpts::new().quick_retry());
     let mut con = server.client();
     let value = |i: usize| format!("{i:040}");
     for k in 0..5 {
@@ -61,9 +61,11 @@ fn memory_limit_refuses_new_copies_and_recovers() {
     let mut pages = vec![p0];
     pages.extend(finish_from(&mut con, "m0", &c0, &Opts::count(1000), |_| {}));
     assert_same(&to_hash(&pages, false), &hgetall(&mut con, "m0"), "m0");
-    wait_until("m0's copy to be released", POLL + RETRY_WINDOW, || {
-        info_u64(&mut con, "snapshot_hash_snapshot_bytes") == one
-    });
+    wait_until(
+        "m0's copy to be released",
+        POLL + QUICK_RETRY_WINDOW,
+        || info_u64(&mut con, "snapshot_hash_snapshot_bytes") == one,
+    );
     let (c2, p2) = hscan(&mut con, "m2", "0", &o);
 
     for (k, c, p) in [("m1", c1, p1), ("m2", c2, p2)] {
@@ -71,10 +73,14 @@ fn memory_limit_refuses_new_copies_and_recovers() {
         pages.extend(finish_from(&mut con, k, &c, &Opts::count(1000), |_| {}));
         assert_same(&to_hash(&pages, false), &hgetall(&mut con, k), k);
     }
-    wait_until("every copy to be released", POLL + RETRY_WINDOW, || {
-        info_u64(&mut con, "snapshot_hash_snapshot_bytes") == 0
-            && info_u64(&mut con, "snapshot_hash_snapshots_open") == 0
-    });
+    wait_until(
+        "every copy to be released",
+        POLL + QUICK_RETRY_WINDOW,
+        || {
+            info_u64(&mut con, "snapshot_hash_snapshot_bytes") == 0
+                && info_u64(&mut con, "snapshot_hash_snapshots_open") == 0
+        },
+    );
     assert_same(
         &full(&mut con, "m4", &Opts::count(500)),
         &hgetall(&mut con, "m4"),

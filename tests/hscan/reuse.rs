@@ -4,7 +4,7 @@ use super::*;
 
 #[test]
 fn an_unchanged_hash_shares_its_copy_and_a_changed_one_does_not() {
-    let server = Server::start();
+    let server = Server::start_with(ServerOpts::new().quick_retry());
     let mut con = server.client();
     let reuse = reuse_expected(&server, &mut con);
     fill_hash(&mut con, "h", 5_000, |i| format!("v{i}"));
@@ -49,7 +49,7 @@ fn an_unchanged_hash_shares_its_copy_and_a_changed_one_does_not() {
         assert_same(&to_hash(&pages, false), &truth, "an old iteration");
     }
     // (Once their last cursors are past the retry window.)
-    wait_until("copies to be released", POLL + RETRY_WINDOW, || {
+    wait_until("copies to be released", POLL + QUICK_RETRY_WINDOW, || {
         info_u64(&mut con, "snapshot_hash_snapshots_open") == 0
     });
 

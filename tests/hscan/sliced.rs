@@ -68,7 +68,7 @@ fn equals_some_prefix(snap: &Hash, start: &Hash, ops: &[Op], min_ops: usize) -> 
 #[test]
 fn sliced_copy_under_a_hammering_writer() {
     const N: usize = 5_000;
-    let server = Server::start();
+    let server = Server::start_with(ServerOpts::new().quick_retry());
     let mut con = server.client();
     // 500 slices: plenty of chances for writes to land between two of them.
     config_set(&mut con, "snapshot.hash-copy-batch", "10");
@@ -143,7 +143,7 @@ fn sliced_copy_under_a_hammering_writer() {
     assert!(fallbacks_moved, "snapshot_hash_copy_fallbacks never moved");
     // The last page's copy is released once its cursor is past the retry
     // window.
-    wait_until("copies to be released", POLL + RETRY_WINDOW, || {
+    wait_until("copies to be released", POLL + QUICK_RETRY_WINDOW, || {
         info_u64(&mut con, "snapshot_hash_snapshots_open") == 0
             && info_u64(&mut con, "snapshot_hash_snapshot_bytes") == 0
     });
