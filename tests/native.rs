@@ -1050,3 +1050,169 @@ fn a_copy_failing_while_the_client_waits_is_answered_natively(
     assert_eq!(info_u64(&mut c, "snapshot_hash_snapshot_bytes"), 0);
     assert_eq!(cmd_str(&mut c, &["PING"]), "PONG");
 }
+
+/// How an issued cursor is continued in
+/// [`an_issued_cursor_never_reaches_the_native_command`].
+#[derive(Clone, Copy, Debug)]
+enum Via {
+    Eval,
+    Function,
+    Multi,
+    /// A user allowed `scan` by name only: the native command runs.
+    ByName,
+    /// The mode never on in this server (a restart without the config
+    /// line, a replica promoted where it was never set).
+    ModeOff,
+}
+
+/// Issue 26, item 5: a cursor snapscan issued never reaches the native
+/// command as it is (native SCAN reads it as a bucket position and ends
+/// having skipped keys, without an error). Inside EVAL, functions and
+/// MULTI, for a user allowed the native command by name only, and where
+/// the mode is off, the call restarts the iteration at 0: with the first
+/// page, every key comes back, and the restart is counted.
+#[rstest]
+#[case::eval(Via::Eval)]
+#[case::function(Via::Function)]
+#[case::multi(Via::Multi)]
+#[case::by_name(Via::ByName)]
+#[case::mode_off(Via::ModeOff)]
+fn an_issued_cursor_never_reaches_the_native_command(#[case] via: Via) {
+    let mode = if matches!(via, Via::ModeOff) {
+        "none"
+    } else {
+        "all"
+    };
+    let s = server_with(mode);
+    let mut c = s.client();
+    let _: () = query(&mut c, &["DEBUG", "POPULATE", "5000"]).unwrap();
+    let all: BTreeSet<Vec<u8>> = (0..5000).map(|i| format!("key:{i}").into_bytes()).collect();
+    let lib = "#!lua name=ilib\nredis.register_function{function_name='iscan', callback=function(keys, args) return redis.call('SCAN', args[1], 'COUNT', '1000') end, flags={'no-writes'}}";
+    let _: String = query(&mut c, &["FUNCTION", "LOAD", lib]).unwrap();
+    // The first page, from a snapshot: its cursor is one snapscan issued.
+    let first = if matches!(via, Via::ModeOff) {
+        "SNAPSHOT.SCAN"
+    } else {
+        "SCAN"
+    };
+    let (mut cursor, page): (String, Vec<Vec<u8>>) =
+        query(&mut c, &[first, "0", "COUNT", "100"]).unwrap();
+    let n: u64 = cursor.parse().unwrap();
+    assert!((ISSUED..2 * ISSUED).contains(&n), "an issued cursor: {n}");
+    let mut keys: BTreeSet<Vec<u8>> = page.into_iter().collect();
+    let mut con = if matches!(via, Via::ByName) {
+        let _: () = query(
+            &mut c,
+            &[
+                "ACL", "SETUSER", "byname", "on", ">pw", "~*", "+scan", "+ping",
+            ],
+        )
+        .unwrap();
+        login(&s, "byname")
+    } else {
+        s.client()
+    };
+    if matches!(via, Via::ByName) && !filter_knows_the_client(&s) {
+        // Redis 7.0 checks the user against the module command by name
+        // (README, rule 5): refused, nothing runs.
+        assert_eq!(
+            expect_err(&mut con, &["SCAN", &cursor, "COUNT", "1000"]),
+            "NOPERM this user has no permissions to run the 'snapshot.native-scan' command"
+        );
+        return;
+    }
+    let restarted = info_u64(&mut c, "snapshot_native_scan_restarted");
+    let mut calls = 0;
+    while cursor != "0" {
+        let (next, page): (String, Vec<Vec<u8>>) = match via {
+            Via::Eval => query(
+                &mut con,
+                &[
+                    "EVAL",
+                    "return redis.call('SCAN', ARGV[1], 'COUNT', '1000')",
+                    "0",
+                    &cursor,
+                ],
+            ),
+            Via::Function => query(&mut con, &["FCALL", "iscan", "0", &cursor]),
+            Via::Multi => {
+                let mut p = redis::pipe();
+                p.atomic().cmd("SCAN").arg(&cursor).arg("COUNT").arg("1000");
+                p.query::<((String, Vec<Vec<u8>>),)>(&mut con).map(|(r,)| r)
+            }
+            Via::ByName | Via::ModeOff => query(&mut con, &["SCAN", &cursor, "COUNT", "1000"]),
+        }
+        .unwrap_or_else(|e| panic!("{via:?} at {cursor}: {e}"));
+        let n: u64 = next.parse().unwrap();
+        assert!(n < ISSUED, "{via:?}: the native command's cursor: {n}");
+        keys.extend(page);
+        cursor = next;
+        calls += 1;
+        assert!(calls < 1_000, "{via:?}: the iteration does not end");
+    }
+    assert_eq!(keys.len(), all.len(), "{via:?}: every key");
+    assert_eq!(keys, all, "{via:?}: every key");
+    assert_eq!(
+        info_u64(&mut c, "snapshot_native_scan_restarted"),
+        restarted + 1,
+        "{via:?}: one restart"
+    );
+}
+
+/// Issue 26, item 5, collections: an HSCAN/SSCAN/ZSCAN cursor snapscan
+/// issued, continued inside EVAL, restarts the collection's iteration at
+/// 0: every element comes back.
+#[rstest]
+#[case::hscan("HSCAN", "hscan")]
+#[case::sscan("SSCAN", "sscan")]
+#[case::zscan("ZSCAN", "zscan")]
+fn an_issued_collection_cursor_in_a_script_restarts(#[case] cmd: &str, #[case] name: &str) {
+    let s = server_with("all");
+    let mut c = s.client();
+    for start in (0..3000).step_by(500) {
+        let mut w = match cmd {
+            "HSCAN" => redis::cmd("HSET"),
+            "SSCAN" => redis::cmd("SADD"),
+            _ => redis::cmd("ZADD"),
+        };
+        w.arg("c");
+        for i in start..start + 500 {
+            match cmd {
+                "HSCAN" => w.arg(format!("f{i}")).arg("v"),
+                "SSCAN" => w.arg(format!("f{i}")),
+                _ => w.arg(i).arg(format!("f{i}")),
+            };
+        }
+        let _: i64 = w.query(&mut c).unwrap();
+    }
+    let member = |page: &[Vec<u8>]| -> Vec<Vec<u8>> {
+        match cmd {
+            "SSCAN" => page.to_vec(),
+            "HSCAN" => page.iter().step_by(2).cloned().collect(),
+            _ => page.iter().step_by(2).cloned().collect(),
+        }
+    };
+    let (mut cursor, page): (String, Vec<Vec<u8>>) =
+        query(&mut c, &[cmd, "c", "0", "COUNT", "100"]).unwrap();
+    let n: u64 = cursor.parse().unwrap();
+    assert!((ISSUED..2 * ISSUED).contains(&n), "an issued cursor: {n}");
+    let mut got: BTreeSet<Vec<u8>> = member(&page).into_iter().collect();
+    let restarted = info_u64(&mut c, &format!("snapshot_native_{name}_restarted"));
+    let script = format!("return redis.call('{cmd}', KEYS[1], ARGV[1], 'COUNT', '1000')");
+    let mut calls = 0;
+    while cursor != "0" {
+        let (next, page): (String, Vec<Vec<u8>>) =
+            query(&mut c, &["EVAL", &script, "1", "c", &cursor]).unwrap();
+        assert!(next.parse::<u64>().unwrap() < ISSUED);
+        got.extend(member(&page));
+        cursor = next;
+        calls += 1;
+        assert!(calls < 1_000, "the iteration does not end");
+    }
+    let want: BTreeSet<Vec<u8>> = (0..3000).map(|i| format!("f{i}").into_bytes()).collect();
+    assert_eq!(got, want);
+    assert_eq!(
+        info_u64(&mut c, &format!("snapshot_native_{name}_restarted")),
+        restarted + 1
+    );
+}

@@ -49,40 +49,83 @@ impl CommandFilter for Filter {
         let Some(m) = crate::module::try_get() else {
             return;
         };
-        let bits = m.config.serve_native.load(Ordering::Relaxed);
-        if !super::watching(&m.native, bits) {
-            return;
-        }
-        // Only commands the server has under their own names (rename-command).
-        let bits = bits & m.native.present.load(Ordering::Relaxed);
-        let Some(n) = mode::route(bits, true, call.arg(0), |i| call.arg(i)) else {
+        let name = call.arg(0);
+        let Some(n) = Native::from_name(name) else {
             return;
         };
-        if call.len() < n.min_args() {
+        // Only commands the server has under their own names (rename-command).
+        let present = m.native.present.load(Ordering::Relaxed);
+        if present & n.bit() == 0 {
             return;
         }
-        if raw_native::filter_knows_client() {
-            // A script's or function's call (or one made inside EXEC), which
-            // the client id may not show: Valkey 9 runs scripts on pooled
-            // clients that keep the id of a live client they served.
-            if raw_native::script_or_exec_running() {
-                return;
-            }
-            let id = call.client_id();
-            match client_state(id) {
-                // A script's or a module's own client, or one in MULTI.
-                None | Some((_, true)) => return,
-                Some(_) => {}
-            }
-            // Served only when the user may run both the native command (with
-            // the call's arguments: key patterns too) and the module command;
-            // otherwise the native command runs, with the server's own ACL
-            // check, NOPERM reply and ACL LOG entry.
-            let names: [&[u8]; 2] = [n.name().as_bytes(), n.internal().as_bytes()];
-            if call.acl_allows_all(id, &names) != Some(true) {
-                return;
-            }
+        if routed(m, call, n, name, present) {
+            call.replace(0, n.internal().as_bytes());
+        } else {
+            restart_issued(m, call, n);
         }
-        call.replace(0, n.internal().as_bytes());
+    }
+}
+
+/// Whether the call goes to the module command (see the module docs).
+fn routed(
+    m: &crate::module::Module,
+    call: &FilterCall,
+    n: Native,
+    name: &[u8],
+    present: i64,
+) -> bool {
+    let bits = m.config.serve_native.load(Ordering::Relaxed);
+    if !super::watching(&m.native, bits) {
+        return false;
+    }
+    if mode::route(bits & present, true, name, |i| call.arg(i)).is_none() {
+        return false;
+    }
+    if call.len() < n.min_args() {
+        return false;
+    }
+    if raw_native::filter_knows_client() {
+        // A script's or function's call (or one made inside EXEC), which
+        // the client id may not show: Valkey 9 runs scripts on pooled
+        // clients that keep the id of a live client they served.
+        if raw_native::script_or_exec_running() {
+            return false;
+        }
+        let id = call.client_id();
+        match client_state(id) {
+            // A script's or a module's own client, or one in MULTI.
+            None | Some((_, true)) => return false,
+            Some(_) => {}
+        }
+        // Served only when the user may run both the native command (with
+        // the call's arguments: key patterns too) and the module command;
+        // otherwise the native command runs, with the server's own ACL
+        // check, NOPERM reply and ACL LOG entry.
+        let names: [&[u8]; 2] = [n.name().as_bytes(), n.internal().as_bytes()];
+        if call.acl_allows_all(id, &names) != Some(true) {
+            return false;
+        }
+    }
+    true
+}
+
+/// A call the native command runs whose cursor snapscan issued: the native
+/// command would read it as a position in its table and skip keys without
+/// an error, so it restarts the iteration at 0 instead (README, rule 3),
+/// whatever the mode, on every server that loaded the module (MULTI,
+/// scripts, functions, a user allowed the native command only, the mode
+/// off or never on, as after a restart without it or on a replica
+/// promoted without it).
+fn restart_issued(m: &crate::module::Module, call: &FilterCall, n: Native) {
+    let Some(at) = mode::cursor_at(n) else {
+        return;
+    };
+    if at >= call.len() {
+        return;
+    }
+    let issued = crate::args::parse_cursor(call.arg(at)).is_ok_and(crate::cursor::is_issued);
+    if issued {
+        call.replace(at, b"0");
+        super::count(&m.native, n, super::Outcome::Restarted);
     }
 }

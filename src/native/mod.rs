@@ -18,7 +18,9 @@
 //! cursor lies in `[2^52, 2^53)`, see `cursor::ISSUED_BIT`); any other
 //! cursor, arguments the native command refuses, MULTI, scripts and
 //! functions run the native command. An issued cursor whose iteration is
-//! gone restarts the iteration with the native command at cursor 0.
+//! gone restarts the iteration with the native command at cursor 0, and so
+//! does one the native command would run (MULTI, scripts, the mode off):
+//! the filter is registered whatever the mode.
 
 pub mod filter;
 pub mod keys;
@@ -85,16 +87,16 @@ pub fn figures(s: &NativeServing) -> Vec<(String, u64)> {
     v
 }
 
-/// OnLoad: registers the filter when the mode is on from the start.
+/// OnLoad: registers the filter whatever the mode: a cursor snapscan
+/// issued must never reach the native command as it is, also where the
+/// mode is off (see `filter::restart_issued`). With the mode off, the
+/// filter costs each command a look at its name.
 pub fn init(m: &Shared) {
-    if m.config.serve_native.load(Ordering::Relaxed) != 0 {
-        filter::register(&m.native);
-    }
+    filter::register(&m.native);
 }
 
-/// After a runtime config change: the filter is registered the first
-/// time the mode is switched on, so a server that never uses it pays
-/// nothing per command.
+/// After a runtime config change: registers the filter if the load could
+/// not (it is registered once).
 pub fn on_config_changed(m: &Shared, spec: &'static crate::config::Spec, v: i64) {
     if m.config.is(spec, &m.config.serve_native) && v != 0 {
         filter::register(&m.native);

@@ -140,6 +140,14 @@ pub fn plan(n: Native, args: &[&[u8]], has: Options, type_known: impl Fn(&[u8]) 
     }
 }
 
+/// Whether the call of `n` (`args` without the name) carries a cursor
+/// snapscan issued (in `[2^52, 2^53)`, out of any native cursor's reach).
+pub fn continues_issued(n: Native, args: &[&[u8]]) -> bool {
+    super::mode::cursor_at(n)
+        .and_then(|at| args.get(at - 1))
+        .is_some_and(|c| parse_cursor(c).is_ok_and(is_issued))
+}
+
 /// The native call that restarts an iteration snapscan can no longer
 /// continue: the same arguments with cursor 0.
 pub fn restart(n: Native, args: &[&[u8]]) -> Vec<Vec<u8>> {
@@ -277,5 +285,27 @@ mod tests {
     fn restarts_at_cursor_0(#[case] n: Native, #[case] args: &[&str], #[case] want: &[&str]) {
         let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
         assert_eq!(restart(n, &a), v(want));
+    }
+
+    /// Whether a call carries a cursor snapscan issued: `[2^52, 2^53)` in
+    /// the cursor's position only.
+    #[rstest]
+    #[case(Native::Scan, &[OURS], true)]
+    #[case(Native::Scan, &[OURS, "COUNT", "10"], true)]
+    #[case(Native::Scan, &["4503599627370496"], true)] // 2^52
+    #[case(Native::Scan, &["9007199254740991"], true)] // 2^53 - 1
+    #[case(Native::Scan, &["9007199254740992"], false)] // 2^53
+    #[case(Native::Scan, &["4503599627370495"], false)] // 2^52 - 1
+    #[case(Native::Scan, &["0"], false)]
+    #[case(Native::Scan, &["x"], false)]
+    #[case(Native::Scan, &[], false)]
+    #[case(Native::Scan, &["0", "MATCH", OURS], false)]
+    #[case(Native::Hscan, &["h", OURS], true)]
+    #[case(Native::Zscan, &[OURS, "0"], false)]
+    #[case(Native::Sscan, &["s"], false)]
+    #[case(Native::Keys, &[OURS], false)]
+    fn tells_issued_cursors(#[case] n: Native, #[case] args: &[&str], #[case] want: bool) {
+        let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
+        assert_eq!(continues_issued(n, &a), want);
     }
 }

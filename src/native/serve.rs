@@ -40,7 +40,7 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]], n: Native) -> Result<(),
         )));
     }
     if server::blocking_denied(ctx) {
-        return native(ctx, n, native_args, Outcome::Native);
+        return native_or_restart(ctx, n, native_args);
     }
     let has = plan::Options::from_bits(m.native.options.load(std::sync::atomic::Ordering::Relaxed));
     let p = plan::plan(n, native_args, has, |t| m.type_names().lookup(t).is_some());
@@ -50,7 +50,7 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]], n: Native) -> Result<(),
         key,
     } = p
     else {
-        return native(ctx, n, native_args, Outcome::Native);
+        return native_or_restart(ctx, n, native_args);
     };
     if cursor == 0 {
         if let Some(k) = key {
@@ -137,6 +137,18 @@ fn small(ctx: Ctx, key: &[u8]) -> bool {
         }
         None => false,
     }
+}
+
+/// Runs the native command `n` with `args`, from cursor 0 when the cursor
+/// is one snapscan issued (the native command would read it as a position
+/// in its table and skip keys).
+fn native_or_restart(ctx: Ctx, n: Native, args: &[&[u8]]) -> Result<(), CmdError> {
+    if plan::continues_issued(n, args) {
+        let again = plan::restart(n, args);
+        let refs: Vec<&[u8]> = again.iter().map(Vec::as_slice).collect();
+        return native(ctx, n, &refs, Outcome::Restarted);
+    }
+    native(ctx, n, args, Outcome::Native)
 }
 
 /// Runs the native command `n` with `args` and counts the call as `o`.
