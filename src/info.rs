@@ -131,6 +131,26 @@ fn fill(lock: &ServerLock, ctx: InfoCtx) {
         "opens_refused_memory",
         st.opens_refused_memory.load(Ordering::Relaxed),
     );
+    field(
+        ctx,
+        "keys_abandoned",
+        st.keys_abandoned.load(Ordering::Relaxed),
+    );
+    field(
+        ctx,
+        "keys_over_output_limit",
+        st.keys_over_output_limit.load(Ordering::Relaxed),
+    );
+    field(
+        ctx,
+        "keys_refused_busy",
+        st.keys_refused_busy.load(Ordering::Relaxed),
+    );
+    field(
+        ctx,
+        "keys_in_flight",
+        m.keys_in_flight.load(Ordering::Relaxed) as u64,
+    );
     field(ctx, "thread_restarts", m.threads.restarts());
     field(ctx, "thread_failures", m.threads.failures());
     field(ctx, "threads_down", state::threads_down(m));

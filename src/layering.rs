@@ -216,6 +216,7 @@ const GLOBALS: &[(&str, &str)] = &[
     ("index/leaf.rs", "NODE_BYTES"),
     ("server/native.rs", "MODULE_CTX"),
     ("server/blocked.rs", "BLOCKED"),
+    ("server/blocked.rs", "WATCHED"),
 ];
 
 /// Allowed without that comment: statics of test builds only.

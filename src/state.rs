@@ -93,6 +93,13 @@ pub struct Stats {
     /// native command waiting for a worker or a sliced copy): a part of
     /// the server's `blocked_clients` (see `server::blocked`).
     pub blocked_clients: AtomicU64,
+    /// KEYS walks stopped because their client disconnected.
+    pub keys_abandoned: AtomicU64,
+    /// KEYS replies cut past the client's output-buffer hard limit (the
+    /// server then closes the client, as natively).
+    pub keys_over_output_limit: AtomicU64,
+    /// KEYS calls not served because too many walks were in flight.
+    pub keys_refused_busy: AtomicU64,
 }
 
 pub struct Shared {
@@ -133,6 +140,8 @@ pub struct Shared {
     pub pause_indexer: AtomicBool,
     /// One bound_retained pass at a time.
     bounding: Mutex<()>,
+    /// KEYS walks queued or running (see `native::keys`).
+    pub keys_in_flight: AtomicUsize,
     /// Bytes of the maps handed to the reaper and not yet dropped.
     reaping: Arc<AtomicUsize>,
     /// Whether this server has hash-field expiry (HEXPIRE), set at load.
@@ -399,6 +408,7 @@ impl Shared {
             last_respawn_ms: AtomicU64::new(0),
             pause_indexer: AtomicBool::new(false),
             bounding: Mutex::new(()),
+            keys_in_flight: AtomicUsize::new(0),
             reaping: Arc::new(AtomicUsize::new(0)),
             hash_field_ttl: AtomicBool::new(true),
             named_types: NamedTypes::default(),

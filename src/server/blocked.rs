@@ -4,8 +4,10 @@ use super::locked::ServerLock;
 use super::reply::Reply;
 use super::{api, Ctx};
 use redis_module::raw;
+use std::collections::HashMap;
 use std::os::raw::c_void;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// What answers a blocked client in place of an error (see
 /// [`BlockedReply::block_with`]): run on the main thread, with the server
@@ -25,6 +27,29 @@ pub struct BlockedReply {
     /// The count of clients the module keeps blocked: raised when blocked,
     /// lowered when unblocked.
     gauge: &'static AtomicU64,
+    /// Whether [`BlockedReply::watch_disconnect`] registered it in
+    /// [`WATCHED`].
+    watched: bool,
+}
+
+/// Global: the server's disconnect callback is given only the blocked
+/// client's handle, and the handle's private data cannot be shared with a
+/// worker safely. Blocked clients whose disconnection is watched (by
+/// handle address): the flag their disconnect callback sets. Locking: held
+/// for one insert, removal or lookup; the disconnect callback (main
+/// thread) and the drop (any thread) take it.
+static WATCHED: Mutex<Option<HashMap<usize, Arc<AtomicBool>>>> = Mutex::new(None);
+
+fn watched() -> std::sync::MutexGuard<'static, Option<HashMap<usize, Arc<AtomicBool>>>> {
+    WATCHED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The disconnect callback of a watched blocked client (main thread):
+/// sets its flag, so that work done for it can stop.
+pub(super) fn on_disconnect(bc: *mut raw::RedisModuleBlockedClient) {
+    if let Some(flag) = watched().as_ref().and_then(|m| m.get(&(bc as usize))) {
+        flag.store(true, Ordering::Relaxed);
+    }
 }
 
 // SAFETY: the module API allows a blocked-client handle to be used (replied
@@ -103,7 +128,26 @@ impl BlockedReply {
             replied: false,
             fallback,
             gauge,
+            watched: false,
         })
+    }
+
+    /// A flag that becomes true if the client disconnects while blocked:
+    /// the work done for it can stop early (its reply would be dropped).
+    pub fn watch_disconnect(&mut self) -> Arc<AtomicBool> {
+        let flag = Arc::new(AtomicBool::new(false));
+        let Some(set) = api!(RedisModule_SetDisconnectCallback) else {
+            return flag;
+        };
+        watched()
+            .get_or_insert_with(HashMap::new)
+            .insert(self.bc as usize, flag.clone());
+        self.watched = true;
+        // SAFETY: bc is a live blocked client we own; the callback only
+        // looks the handle up in WATCHED, from which the drop removes it
+        // before unblocking.
+        unsafe { set(self.bc, Some(super::entry::blocked_disconnect)) };
+        flag
     }
 
     fn with_reply(&mut self, write: impl FnOnce(&Reply)) {
@@ -154,6 +198,11 @@ impl Drop for BlockedReply {
             }
         }
         self.gauge.fetch_sub(1, Ordering::Relaxed);
+        if self.watched {
+            if let Some(m) = watched().as_mut() {
+                m.remove(&(self.bc as usize));
+            }
+        }
         if let Some(unblock) = api!(RedisModule_UnblockClient) {
             // SAFETY: bc is live and unblocked exactly once, here; privdata
             // is null or a `Box<Option<Fallback>>` that the server hands to

@@ -115,6 +115,15 @@ pub extern "C" fn blocked_reply(
     raw::REDISMODULE_OK as c_int
 }
 
+/// The disconnect callback of a blocked client whose disconnection is
+/// watched (see `blocked::BlockedReply::watch_disconnect`); main thread.
+pub extern "C" fn blocked_disconnect(
+    ctx: *mut raw::RedisModuleCtx,
+    bc: *mut raw::RedisModuleBlockedClient,
+) {
+    guarded(ctx, "disconnect", || super::blocked::on_disconnect(bc));
+}
+
 /// Runs `f` so that a panic never unwinds into the server.
 #[inline(always)]
 pub fn guarded(ctx: Ctx, what: &str, f: impl FnOnce()) {
