@@ -33,6 +33,19 @@ fn populate(con: &mut Connection, n: usize) {
     });
 }
 
+/// A server serving KEYS with one worker thread, and 300,000 keys (a walk
+/// of them takes tens of milliseconds).
+fn one_worker_with_300k_keys() -> (Server, Connection) {
+    let s = server_with("keys");
+    let mut c = s.client();
+    populate(&mut c, 300_000);
+    config_set(&mut c, "snapshot.workers", "1");
+    wait_until("one worker", WAIT, || {
+        info_u64(&mut c, "snapshot_workers") == 1
+    });
+    (s, c)
+}
+
 /// The server's count of clients closed for their output buffer, where it
 /// has one (Redis 7.0+, Valkey).
 fn obuf_disconnections(con: &mut Connection) -> Option<u64> {
@@ -102,13 +115,7 @@ fn keys_past_the_output_buffer_limit_closes_the_client_as_natively() {
 /// `snapshot_keys_abandoned`); the walks before it answer in full.
 #[test]
 fn the_walk_of_a_disconnected_client_stops() {
-    let s = server_with("keys");
-    let mut c = s.client();
-    populate(&mut c, 300_000);
-    config_set(&mut c, "snapshot.workers", "1");
-    wait_until("one worker", WAIT, || {
-        info_u64(&mut c, "snapshot_workers") == 1
-    });
+    let (s, mut c) = one_worker_with_300k_keys();
     let abandoned = info_u64(&mut c, "snapshot_keys_abandoned");
     let connected = info_section_u64(&mut c, "clients", "connected_clients");
     // A long walk first, then one whose client leaves at once.
@@ -117,6 +124,9 @@ fn the_walk_of_a_disconnected_client_stops() {
     let long = std::thread::spawn(move || {
         let keys: Vec<Vec<u8>> = query(&mut busy, &["KEYS", "*"]).unwrap();
         keys.len()
+    });
+    wait_until("the long walk in flight", WAIT, || {
+        info_u64(&mut c, "snapshot_keys_in_flight") == 1
     });
     raw.write_all(&resp(&["KEYS", "*"])).unwrap();
     drop(raw);
@@ -136,13 +146,7 @@ fn the_walk_of_a_disconnected_client_stops() {
 /// SNAPSHOT.KEYS answers TRYAGAIN and a served KEYS runs natively.
 #[test]
 fn walks_in_flight_are_bounded() {
-    let s = server_with("keys");
-    let mut c = s.client();
-    populate(&mut c, 300_000);
-    config_set(&mut c, "snapshot.workers", "1");
-    wait_until("one worker", WAIT, || {
-        info_u64(&mut c, "snapshot_workers") == 1
-    });
+    let (s, mut c) = one_worker_with_300k_keys();
     // Four walks, their replies never read until the end.
     let mut held: Vec<TcpStream> = (0..4)
         .map(|_| {
