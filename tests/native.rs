@@ -1216,3 +1216,92 @@ fn an_issued_collection_cursor_in_a_script_restarts(#[case] cmd: &str, #[case] n
         restarted + 1
     );
 }
+
+/// Issue 26, item 8 (as upstream's `SCAN with expired keys`): a served SCAN
+/// has the server expire the expired keys it passes over, as native SCAN
+/// does: with active expiry off, after one full iteration the expired keys
+/// are gone from the keyspace (`INFO keyspace`), counted in `expired_keys`,
+/// and were never returned. Pages answered on the main thread (`inline`)
+/// and by a worker alike.
+#[rstest]
+#[case::inline("256")]
+#[case::worker("0")]
+fn a_served_scan_expires_what_it_passes_over(#[case] inline_entries: &str) {
+    let s = server_with("scan");
+    let mut c = s.client();
+    config_set(&mut c, "snapshot.inline-entries", inline_entries);
+    let _: () = query(&mut c, &["DEBUG", "SET-ACTIVE-EXPIRE", "0"]).unwrap();
+    let _: () = query(&mut c, &["DEBUG", "POPULATE", "1000"]).unwrap();
+    let _: () = query(&mut c, &["SET", "foo", "bar", "PX", "1"]).unwrap();
+    let _: () = query(&mut c, &["SET", "zoo", "bar", "PX", "1"]).unwrap();
+    let _: i64 = query(&mut c, &["HSET", "hash", "f", "v"]).unwrap();
+    let _: i64 = query(&mut c, &["PEXPIRE", "hash", "1"]).unwrap();
+    let set_at = server_ms(&mut c);
+    wait_until(
+        "the three TTLs to pass",
+        std::time::Duration::from_secs(5),
+        || server_ms(&mut c) > set_at + 2,
+    );
+    let expired = info_section_u64(&mut c, "stats", "expired_keys");
+    let (keys, _, _) = scan_all(&mut c, &["COUNT", "10"]);
+    assert_eq!(keys.len(), 1000, "the live keys");
+    assert!(!keys.contains(b"foo".as_slice()) && !keys.contains(b"hash".as_slice()));
+    assert!(served(&mut c, "scan") > 0, "served");
+    let small = info_u64(&mut c, "snapshot_scans_served_small");
+    assert_eq!(
+        small > 0,
+        inline_entries != "0",
+        "pages on the main thread: {small}"
+    );
+    assert_eq!(
+        info_section_u64(&mut c, "stats", "expired_keys"),
+        expired + 3,
+        "expired by the scan"
+    );
+    let keyspace: String = query(&mut c, &["INFO", "keyspace"]).unwrap();
+    let db0 = info_field(&keyspace, "db0").unwrap_or_default();
+    assert!(db0.starts_with("keys=1000,"), "INFO keyspace db0: {db0}");
+}
+
+/// README, rule 8: keyspace statistics of HSCAN answered from a snapshot:
+/// its cursor-0 call counts one or two `keyspace_hits` (more on Redis 7.0),
+/// its continuations none; a native call (a small hash) counts one.
+#[rstest]
+#[case::copied_at_once(1_000)]
+#[case::sliced(20_000)]
+fn keyspace_hits_of_a_served_hscan(#[case] fields: usize) {
+    let s = server_with("hscan");
+    let mut c = s.client();
+    for start in (0..fields).step_by(1000) {
+        let mut w = redis::cmd("HSET");
+        w.arg("big");
+        for i in start..start + 1000 {
+            w.arg(format!("f{i}")).arg("v");
+        }
+        let _: i64 = w.query(&mut c).unwrap();
+    }
+    let _: i64 = query(&mut c, &["HSET", "small", "f", "v"]).unwrap();
+    let hits = |c: &mut Connection| info_section_u64(c, "stats", "keyspace_hits");
+    let h0 = hits(&mut c);
+    let (cursor, _): (String, Vec<Vec<u8>>) =
+        query(&mut c, &["HSCAN", "big", "0", "COUNT", "10"]).unwrap();
+    let h1 = hits(&mut c);
+    // Redis 7.0 counts each slice of a copy too (no NOSTATS for modules).
+    let most = if filter_knows_the_client(&s) {
+        2
+    } else {
+        u64::MAX
+    };
+    assert!(
+        (1..=most).contains(&(h1 - h0)),
+        "cursor 0: {} hits",
+        h1 - h0
+    );
+    assert!(served(&mut c, "hscan") == 1, "served from a snapshot");
+    let _: (String, Vec<Vec<u8>>) = query(&mut c, &["HSCAN", "big", &cursor]).unwrap();
+    assert_eq!(hits(&mut c), h1, "a continuation counts nothing");
+    let _: (String, Vec<Vec<u8>>) = query(&mut c, &["HSCAN", "small", "0"]).unwrap();
+    // (Redis 7.0 counts the module's size check too.)
+    let native = if filter_knows_the_client(&s) { 1 } else { 2 };
+    assert_eq!(hits(&mut c), h1 + native, "a native call counts one");
+}

@@ -18,6 +18,7 @@ fn spec(pattern: Option<&[u8]>, count: usize, budget: usize) -> ScanSpec {
         type_filter: None,
         count,
         budget,
+        expired_max: 0,
     }
 }
 

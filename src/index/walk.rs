@@ -17,6 +17,10 @@ pub struct ScanSpec {
     pub count: usize,
     /// Most index entries one call examines (`snapshot.scan-budget`).
     pub budget: usize,
+    /// Most keys expired at the walk's instant (and wanted but for that)
+    /// the page lists in [`Page::expired`] (0: none), for a served SCAN to
+    /// have the server expire them as native SCAN does.
+    pub expired_max: usize,
 }
 
 /// Result of one walk.
@@ -27,6 +31,9 @@ pub struct Page {
     pub resume_after: Option<Key>,
     /// Entries examined (for stats).
     pub examined: usize,
+    /// Keys passed over because they had expired (see
+    /// [`ScanSpec::expired_max`]).
+    pub expired: Vec<Key>,
 }
 
 /// Walks `map` (a snapshot taken at `at_ms`) strictly after `after`.
@@ -87,6 +94,7 @@ pub fn walk_snapshot_at(snap: &Snapshot, at_ms: i64, after: Option<&Key>, spec: 
             keys: Vec::new(),
             resume_after: None,
             examined: 0,
+            expired: Vec::new(),
         },
         None => walk_in(open, at_ms, after, spec, Some(slots)),
     }
@@ -109,6 +117,7 @@ fn walk_in<'a, E: Entries + 'a>(
     let count = spec.count.max(1);
     let budget = spec.budget.max(1);
     let mut keys = Vec::with_capacity(count.min(1024));
+    let mut expired = Vec::new();
     let mut examined = 0usize;
     let mut iter = open(lower);
     while let Some((k, m)) = iter.next_entry() {
@@ -118,12 +127,17 @@ fn walk_in<'a, E: Entries + 'a>(
             break;
         }
         examined += 1;
-        let wanted = m.alive_at(at_ms)
-            && spec.type_filter.is_none_or(|t| t == m.type_id())
-            && check_glob.is_none_or(|p| p.is_match(k))
-            && slots.is_none_or(|s| s.holds_key(k));
-        if wanted {
-            keys.push(Key::new(k));
+        let matching = |k: &[u8]| {
+            spec.type_filter.is_none_or(|t| t == m.type_id())
+                && check_glob.is_none_or(|p| p.is_match(k))
+                && slots.is_none_or(|s| s.holds_key(k))
+        };
+        if m.alive_at(at_ms) {
+            if matching(k) {
+                keys.push(Key::new(k));
+            }
+        } else if expired.len() < spec.expired_max && matching(k) {
+            expired.push(Key::new(k));
         }
         if keys.len() >= count || examined >= budget {
             let last = Key::new(k);
@@ -136,6 +150,7 @@ fn walk_in<'a, E: Entries + 'a>(
                 keys,
                 resume_after,
                 examined,
+                expired,
             };
         }
     }
@@ -143,5 +158,6 @@ fn walk_in<'a, E: Entries + 'a>(
         keys,
         resume_after: None,
         examined,
+        expired,
     }
 }

@@ -114,6 +114,7 @@ pub fn run_with(
             noscores: false,
         },
     )?;
+    let served = fallback.is_some();
     let m =
         crate::module::try_get().ok_or_else(|| CmdError::msg("ERR snapscan is not initialised"))?;
     state::ensure_threads(m);
@@ -198,15 +199,23 @@ pub fn run_with(
         type_filter,
         count: opts.count.unwrap_or(DEFAULT_COUNT),
         budget: config::get(&m.config.scan_budget),
+        // A served SCAN has the server expire the expired keys it passed
+        // over, as native SCAN does (README, Serving the native commands).
+        expired_max: if served {
+            opts.count.unwrap_or(DEFAULT_COUNT)
+        } else {
+            0
+        },
     };
     Shared::bump(&m.stats.scans, 1);
     let (blocked, start) = if server::blocking_denied(ctx) || m.pool.threads() == 0 {
         (None, start)
     } else {
         match small_page(m, start, &spec) {
-            Ok((next, keys)) => {
+            Ok(page) => {
                 Shared::bump(&m.stats.scans_small, 1);
-                write_page(&Reply::new(ctx), next, &keys);
+                write_page(&Reply::new(ctx), page.next, &page.keys);
+                expire_visited(ctx, &page.expired);
                 return Ok(());
             }
             Err(start) => (
@@ -218,15 +227,23 @@ pub fn run_with(
     match blocked {
         Some(bc) => {
             let job = Box::new(move || {
-                let (next, keys) = serve(m, start, &spec);
-                bc.reply(|r| write_page(r, next, &keys));
+                let page = serve(m, start, &spec);
+                let expired = page.expired;
+                if expired.is_empty() {
+                    bc.reply(|r| write_page(r, page.next, &page.keys));
+                } else {
+                    bc.reply_then(
+                        |r| write_page(r, page.next, &page.keys),
+                        Box::new(move |_lock, ctx| expire_visited(ctx, &expired)),
+                    );
+                }
             });
             m.on_worker(job);
         }
         None => {
             Shared::bump(&m.stats.scans_sync, 1);
-            let (next, keys) = serve_inline(ctx, m, start, &spec)?;
-            write_page(&Reply::new(ctx), next, &keys);
+            let page = serve_inline(ctx, m, start, &spec)?;
+            write_page(&Reply::new(ctx), page.next, &page.keys);
         }
     }
     Ok(())
@@ -258,7 +275,7 @@ pub(crate) fn index_ready(bf: &backfill::Backfill) -> Result<(), CmdError> {
 /// Computes one page and registers the continuation. Returns the next
 /// cursor (0 when done) and the keys. Runs on a worker, without the server
 /// lock.
-fn serve(m: &'static Shared, start: Start, spec: &ScanSpec) -> (u64, Vec<Key>) {
+fn serve(m: &'static Shared, start: Start, spec: &ScanSpec) -> Served {
     let (snap, after, pages, clock) = match start {
         Start::Open(req, clock) => (m.snapshot(&req), None, 0, clock),
         Start::At {
@@ -284,7 +301,7 @@ fn serve_inline(
     m: &'static Shared,
     start: Start,
     spec: &ScanSpec,
-) -> Result<(u64, Vec<Key>), CmdError> {
+) -> Result<Served, CmdError> {
     let (snap, after, pages, clock) = match start {
         Start::Open(req, clock) => match m.snapshot_within(&req, INLINE_TAKE_BUDGET) {
             Some(snap) => (snap, None, 0, clock),
@@ -480,7 +497,7 @@ pub(crate) const INLINE_APPLY_MAX: usize = 16;
 /// most [`INLINE_APPLY_MAX`] log operations to apply, the index not busy). Otherwise
 /// gives the start back for a worker; the walk done here, bounded by the
 /// same limit, is then thrown away.
-fn small_page(m: &'static Shared, start: Start, spec: &ScanSpec) -> Result<(u64, Vec<Key>), Start> {
+fn small_page(m: &'static Shared, start: Start, spec: &ScanSpec) -> Result<Served, Start> {
     let limit = config::get(&m.config.inline_entries);
     if spec.count > limit {
         return Err(start);
@@ -524,7 +541,7 @@ fn finish(
     pages: u64,
     page: Page,
     clock: Option<ScriptClock>,
-) -> (u64, Vec<Key>) {
+) -> Served {
     Shared::bump(&m.stats.entries_examined, page.examined as u64);
     Shared::bump(&m.stats.keys_returned, page.keys.len() as u64);
     let next = match page.resume_after {
@@ -543,7 +560,27 @@ fn finish(
             next
         }
     };
-    (next, page.keys)
+    Served {
+        next,
+        keys: page.keys,
+        expired: page.expired,
+    }
+}
+
+/// One page served: the next cursor (0 when the iteration is complete),
+/// the keys, and the keys passed over because they had expired (see
+/// `ScanSpec::expired_max`).
+struct Served {
+    next: u64,
+    keys: Vec<Key>,
+    expired: Vec<Key>,
+}
+
+/// Has the server expire the keys a served SCAN's page passed over because
+/// they had expired (at most its COUNT, as native SCAN expires at most the
+/// keys of the buckets one call visits): main thread, `ctx` the client's.
+fn expire_visited(ctx: Ctx, expired: &[Key]) {
+    server::expiry::expire_if_needed(ctx, expired.iter().map(Key::as_bytes));
 }
 
 /// `[cursor, [key, ...]]`, the cursor as a bulk string like SCAN's.

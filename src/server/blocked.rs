@@ -30,6 +30,11 @@ pub struct BlockedReply {
     /// Whether [`BlockedReply::watch_disconnect`] registered it in
     /// [`WATCHED`].
     watched: bool,
+    /// Whether the client was blocked with the reply callback (a fallback
+    /// given), which runs [`BlockedReply::reply_then`]'s work.
+    has_callback: bool,
+    /// Main-thread work after the reply (see [`BlockedReply::reply_then`]).
+    then: Option<Fallback>,
 }
 
 /// Global: the server's disconnect callback is given only the blocked
@@ -123,12 +128,15 @@ impl BlockedReply {
         }
         BLOCKED.with(|b| b.set(true));
         gauge.fetch_add(1, Ordering::Relaxed);
+        let has_callback = fallback.is_some();
         Some(BlockedReply {
             bc,
             replied: false,
             fallback,
             gauge,
             watched: false,
+            has_callback,
+            then: None,
         })
     }
 
@@ -176,6 +184,17 @@ impl BlockedReply {
         self.with_reply(write);
     }
 
+    /// Sends the reply written by `write`, unblocks the client, and then
+    /// runs `then` on the main thread (with the client's context; it must
+    /// not reply). Only for a client blocked with a fallback (whose reply
+    /// callback runs it); otherwise `then` is dropped.
+    pub fn reply_then(mut self, write: impl FnOnce(&Reply), then: Fallback) {
+        self.with_reply(write);
+        if self.has_callback {
+            self.then = Some(then);
+        }
+    }
+
     /// Answers a failure: by the fallback when the client was blocked with
     /// one (on the main thread, once unblocked), else by `write` (an error).
     pub fn fail(self, write: impl FnOnce(&Reply)) {
@@ -196,6 +215,9 @@ impl Drop for BlockedReply {
                     r.error("ERR snapscan: internal error while serving the request")
                 }),
             }
+        } else if let Some(t) = self.then.take() {
+            // Replied: the reply callback runs the work after it.
+            privdata = Box::into_raw(Box::new(Some(t))).cast();
         }
         self.gauge.fetch_sub(1, Ordering::Relaxed);
         if self.watched {

@@ -83,6 +83,39 @@ pub fn judge(ctx: Ctx, name: &[u8]) -> Verdict {
     }
 }
 
+/// Has the server expire each of `names` that has expired, as its own
+/// lookups do (lazy expiry: deleted and propagated on a primary, the
+/// `expired` event fired; a replica only hides it), in the database
+/// selected on `ctx`. No LRU/LFU touch, no keyspace hit or miss. A key
+/// that was written again meanwhile is left alone: only the server judges.
+/// Main thread only (the server lock is held during a callback).
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is a live context of a callback on the main thread (server lock held)"
+)]
+pub fn expire_if_needed<'a>(ctx: Ctx, names: impl Iterator<Item = &'a [u8]>) {
+    let (Some(open), Some(close)) = (api!(RedisModule_OpenKey), api!(RedisModule_CloseKey)) else {
+        return;
+    };
+    let flags = raw::REDISMODULE_READ
+        | raw::REDISMODULE_OPEN_KEY_NOTOUCH
+        | raw::REDISMODULE_OPEN_KEY_NONOTIFY
+        | raw::REDISMODULE_OPEN_KEY_NOSTATS;
+    for name in names {
+        let Some(keyname) = OwnedString::new(ctx, name) else {
+            continue;
+        };
+        // SAFETY: ctx is live with the server lock held; keyname lives
+        // until the end of the iteration; the handle is closed once.
+        unsafe {
+            let key = open(ctx, keyname.ptr(), flags as i32);
+            if !key.is_null() {
+                close(key);
+            }
+        }
+    }
+}
+
 /// The event loop's turns, followed for a floor on the frozen clock of
 /// scripts (a field of the `Module`; `subscribe::Subscriptions` subscribes
 /// them on first use): the wall clock (Unix µs) and the monotonic instant

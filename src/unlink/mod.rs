@@ -127,6 +127,7 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> 
         type_filter,
         count: PAGE,
         budget: usize::MAX,
+        expired_max: 0,
     };
     let mut task = Task {
         m,
