@@ -28,6 +28,9 @@ pub struct ScanCursor {
     /// For an iteration opened inside a script: what is known of the
     /// server's frozen clock (see `scan::keyspace`); `None` otherwise.
     pub clock: Option<ScriptClock>,
+    /// The ACL user who opened the iteration (`server::current_user`):
+    /// another user's call does not continue it.
+    pub user: u64,
 }
 
 /// What is known of the frozen clock `T0` (Unix ms) at which the server
@@ -68,6 +71,8 @@ pub struct HashCursor {
     pub copy: Arc<CollCopy>,
     pub key: Box<[u8]>,
     pub pos: usize,
+    /// The ACL user who opened the iteration (see [`ScanCursor::user`]).
+    pub user: u64,
 }
 
 #[derive(Default)]

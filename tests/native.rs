@@ -1305,3 +1305,63 @@ fn keyspace_hits_of_a_served_hscan(#[case] fields: usize) {
     let native = if filter_knows_the_client(&s) { 1 } else { 2 };
     assert_eq!(hits(&mut c), h1 + native, "a native call counts one");
 }
+
+/// Issue 26, item 3: an iteration is bound to the ACL user who opened it.
+/// Another user's call with its cursor finds it unknown (SNAPSHOT.SCAN,
+/// SNAPSHOT.HSCAN) or restarts natively (a served SCAN); the iteration
+/// stays its owner's, who goes on to its end.
+#[test]
+fn an_iteration_is_bound_to_its_user() {
+    let s = server_with("scan");
+    let mut c = s.client();
+    let _: () = query(&mut c, &["DEBUG", "POPULATE", "3000"]).unwrap();
+    let mut w = redis::cmd("HSET");
+    w.arg("h");
+    for i in 0..3000 {
+        w.arg(format!("f{i}")).arg("v");
+    }
+    let _: i64 = w.query(&mut c).unwrap();
+    for u in ["alice", "bob"] {
+        let _: () = query(&mut c, &["ACL", "SETUSER", u, "on", ">pw", "~*", "+@all"]).unwrap();
+    }
+    let mut alice = login(&s, "alice");
+    let mut bob = login(&s, "bob");
+    // SNAPSHOT.SCAN and SNAPSHOT.HSCAN: unknown to bob, alice goes on.
+    for cmd in [&["SNAPSHOT.SCAN"][..], &["SNAPSHOT.HSCAN", "h"][..]] {
+        let first: Vec<&str> = cmd.iter().copied().chain(["0", "COUNT", "100"]).collect();
+        let (cursor, _): (String, redis::Value) = query(&mut alice, &first).unwrap();
+        let again: Vec<&str> = cmd.iter().copied().chain([cursor.as_str()]).collect();
+        assert_eq!(
+            expect_err(&mut bob, &again),
+            unknown_cursor(&cursor),
+            "{cmd:?}"
+        );
+        let (_, _): (String, redis::Value) =
+            query(&mut alice, &again).unwrap_or_else(|e| panic!("{cmd:?}: the owner's call: {e}"));
+    }
+    // A served SCAN: bob's call restarts natively; alice's iteration is
+    // still hers, served to its end.
+    let (cursor, first): (String, Vec<Vec<u8>>) =
+        query(&mut alice, &["SCAN", "0", "COUNT", "100"]).unwrap();
+    let restarted = info_u64(&mut c, "snapshot_native_scan_restarted");
+    let (next, _): (String, Vec<Vec<u8>>) = query(&mut bob, &["SCAN", &cursor]).unwrap();
+    assert!(
+        next.parse::<u64>().unwrap() < ISSUED,
+        "bob's: a native cursor"
+    );
+    assert_eq!(
+        info_u64(&mut c, "snapshot_native_scan_restarted"),
+        restarted + 1
+    );
+    let mut keys: BTreeSet<Vec<u8>> = first.into_iter().collect();
+    let mut cursor = cursor;
+    while cursor != "0" {
+        let (next, page): (String, Vec<Vec<u8>>) =
+            query(&mut alice, &["SCAN", &cursor, "COUNT", "500"]).unwrap();
+        let n: u64 = next.parse().unwrap();
+        assert!(n == 0 || n >= ISSUED, "alice's: served: {n}");
+        keys.extend(page);
+        cursor = next;
+    }
+    assert_eq!(keys.len(), 3001, "alice's iteration, every key once");
+}

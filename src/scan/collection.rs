@@ -53,6 +53,8 @@ struct PageSpec {
 struct Call {
     m: &'static Shared,
     db: usize,
+    /// The ACL user running the call (see `state::ScanCursor::user`).
+    user: u64,
     key: Box<[u8]>,
     kind: Kind,
     spec: PageSpec,
@@ -148,6 +150,7 @@ pub fn run_with(
     let call = Call {
         m,
         db: server::selected_db(ctx),
+        user: server::current_user(ctx),
         key: key.into(),
         kind,
         spec: PageSpec {
@@ -268,14 +271,17 @@ fn open(ctx: Ctx, mut call: Call, name: server::OwnedString) -> Result<(), CmdEr
 impl Call {
     /// Takes the continuation behind `cursor` if it is this call's.
     fn take_cursor(&self, cursor: u64) -> Result<crate::cursor::Entry<HashCursor>, CmdError> {
-        let (db, key, kind) = (self.db, &self.key, self.kind);
+        let (db, key, kind, user) = (self.db, &self.key, self.kind, self.user);
         let check = |edb: usize, v: &HashCursor| {
-            if edb != db {
-                Err(format!("belongs to database {edb}, not {db}"))
+            if v.user != user {
+                // Another user's iteration: as unknown to this one.
+                Err(None)
+            } else if edb != db {
+                Err(Some(format!("belongs to database {edb}, not {db}")))
             } else if v.key != *key {
-                Err("belongs to another key".to_string())
+                Err(Some("belongs to another key".to_string()))
             } else if v.copy.kind() != kind {
-                Err(format!("belongs to {}", v.copy.kind().command()))
+                Err(Some(format!("belongs to {}", v.copy.kind().command())))
             } else {
                 Ok(())
             }
@@ -289,7 +295,7 @@ impl Call {
         }
         taken
             .map_err(|why| {
-                CmdError::msg(match why {
+                CmdError::msg(match why.flatten() {
                     None => format!(
                         "ERR cursor {cursor} is unknown, already used or expired; restart the scan from cursor 0"
                     ),
@@ -378,6 +384,7 @@ impl Call {
                     copy,
                     key: self.key.clone(),
                     pos,
+                    user: self.user,
                 },
                 self.db,
                 pages + 1,

@@ -140,6 +140,7 @@ pub fn run_with(
         })?),
     };
     let db = server::selected_db(ctx);
+    let user = server::current_user(ctx);
     let start = if cursor == 0 {
         Shared::bump(&m.stats.snapshots_opened, 1);
         let at = server::command_time_ms();
@@ -159,11 +160,14 @@ pub fn run_with(
             clock,
         )
     } else {
-        let (taken, aged) = m.cursors.take_retryable(cursor, m.mono_ms(), |edb, _| {
-            if edb == db {
+        let (taken, aged) = m.cursors.take_retryable(cursor, m.mono_ms(), |edb, v| {
+            if v.user != user {
+                // Another user's iteration: as unknown to this one.
+                Err(None)
+            } else if edb == db {
                 Ok(())
             } else {
-                Err(edb)
+                Err(Some(edb))
             }
         });
         if !aged.is_empty() {
@@ -176,7 +180,7 @@ pub fn run_with(
                 pages: e.pages,
                 clock: e.value.clock,
             },
-            Err(None) => {
+            Err(None | Some(None)) => {
                 if let Some(why) = m.cursors.ended_by_eviction(cursor) {
                     return Err(CmdError::msg(ended_for_memory(
                         cursor,
@@ -187,7 +191,7 @@ pub fn run_with(
                     "ERR cursor {cursor} is unknown, already used or expired; restart the scan from cursor 0"
                 )));
             }
-            Err(Some(other)) => {
+            Err(Some(Some(other))) => {
                 return Err(CmdError::msg(format!(
                     "ERR cursor {cursor} belongs to database {other}, not {db}; restart the scan from cursor 0"
                 )))
@@ -211,7 +215,7 @@ pub fn run_with(
     let (blocked, start) = if server::blocking_denied(ctx) || m.pool.threads() == 0 {
         (None, start)
     } else {
-        match small_page(m, start, &spec) {
+        match small_page(m, start, &spec, user) {
             Ok(page) => {
                 Shared::bump(&m.stats.scans_small, 1);
                 write_page(&Reply::new(ctx), page.next, &page.keys);
@@ -227,7 +231,7 @@ pub fn run_with(
     match blocked {
         Some(bc) => {
             let job = Box::new(move || {
-                let page = serve(m, start, &spec);
+                let page = serve(m, start, &spec, user);
                 let expired = page.expired;
                 if expired.is_empty() {
                     bc.reply(|r| write_page(r, page.next, &page.keys));
@@ -242,7 +246,7 @@ pub fn run_with(
         }
         None => {
             Shared::bump(&m.stats.scans_sync, 1);
-            let page = serve_inline(ctx, m, start, &spec)?;
+            let page = serve_inline(ctx, m, start, &spec, user)?;
             write_page(&Reply::new(ctx), page.next, &page.keys);
         }
     }
@@ -275,7 +279,7 @@ pub(crate) fn index_ready(bf: &backfill::Backfill) -> Result<(), CmdError> {
 /// Computes one page and registers the continuation. Returns the next
 /// cursor (0 when done) and the keys. Runs on a worker, without the server
 /// lock.
-fn serve(m: &'static Shared, start: Start, spec: &ScanSpec) -> Served {
+fn serve(m: &'static Shared, start: Start, spec: &ScanSpec, user: u64) -> Served {
     let (snap, after, pages, clock) = match start {
         Start::Open(req, clock) => (m.snapshot(&req), None, 0, clock),
         Start::At {
@@ -289,7 +293,7 @@ fn serve(m: &'static Shared, start: Start, spec: &ScanSpec) -> Served {
         snap.advance(a);
     }
     let (page, clock) = page_of(&snap, after.as_ref(), spec, clock, None);
-    finish(m, snap, pages, page, clock)
+    finish(m, snap, pages, page, clock, user)
 }
 
 /// [`serve`] on the main thread, where the client cannot be blocked: the
@@ -301,6 +305,7 @@ fn serve_inline(
     m: &'static Shared,
     start: Start,
     spec: &ScanSpec,
+    user: u64,
 ) -> Result<Served, CmdError> {
     let (snap, after, pages, clock) = match start {
         Start::Open(req, clock) => match m.snapshot_within(&req, INLINE_TAKE_BUDGET) {
@@ -333,7 +338,7 @@ fn serve_inline(
         c => c,
     };
     let (page, clock) = page_of(&snap, after.as_ref(), spec, clock, Some(&judge));
-    Ok(finish(m, snap, pages, page, clock))
+    Ok(finish(m, snap, pages, page, clock, user))
 }
 
 /// Settles the clock of an iteration opened inside a script (its cursor-0
@@ -497,7 +502,12 @@ pub(crate) const INLINE_APPLY_MAX: usize = 16;
 /// most [`INLINE_APPLY_MAX`] log operations to apply, the index not busy). Otherwise
 /// gives the start back for a worker; the walk done here, bounded by the
 /// same limit, is then thrown away.
-fn small_page(m: &'static Shared, start: Start, spec: &ScanSpec) -> Result<Served, Start> {
+fn small_page(
+    m: &'static Shared,
+    start: Start,
+    spec: &ScanSpec,
+    user: u64,
+) -> Result<Served, Start> {
     let limit = config::get(&m.config.inline_entries);
     if spec.count > limit {
         return Err(start);
@@ -530,7 +540,7 @@ fn small_page(m: &'static Shared, start: Start, spec: &ScanSpec) -> Result<Serve
             clock,
         });
     }
-    Ok(finish(m, snap, pages, page, clock))
+    Ok(finish(m, snap, pages, page, clock, user))
 }
 
 /// Counts a page and registers its continuation: the next cursor (0 when
@@ -541,6 +551,7 @@ fn finish(
     pages: u64,
     page: Page,
     clock: Option<ScriptClock>,
+    user: u64,
 ) -> Served {
     Shared::bump(&m.stats.entries_examined, page.examined as u64);
     Shared::bump(&m.stats.keys_returned, page.keys.len() as u64);
@@ -554,7 +565,17 @@ fn finish(
         Some(after) => {
             let db = snap.db;
             let size = snap.index_bytes;
-            let next = m.open_cursor(&m.cursors, ScanCursor { snap, after, clock }, db, pages + 1);
+            let next = m.open_cursor(
+                &m.cursors,
+                ScanCursor {
+                    snap,
+                    after,
+                    clock,
+                    user,
+                },
+                db,
+                pages + 1,
+            );
             // Registered first: from now on the peak is never reset.
             state::note_iteration(m, size);
             next

@@ -164,6 +164,35 @@ pub fn selected_db(ctx: Ctx) -> usize {
     }
 }
 
+/// An identity of the ACL user running the command on `ctx` (a hash of its
+/// name; 0 where the server cannot tell), to bind an iteration to the user
+/// who opened it.
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is a live context of the calling callback"
+)]
+pub fn current_user(ctx: Ctx) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let (Some(get), Some(free)) = (
+        api!(RedisModule_GetCurrentUserName),
+        api!(RedisModule_FreeString),
+    ) else {
+        return 0;
+    };
+    // SAFETY: ctx is the live context of the current callback; the string
+    // it returns is ours, read here and freed once.
+    unsafe {
+        let name = get(ctx);
+        if name.is_null() {
+            return 0;
+        }
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        string_bytes(name).hash(&mut h);
+        free(ctx, name);
+        h.finish()
+    }
+}
+
 /// The database a notification running on `ctx` is about: the selected
 /// one, except inside `EXEC` on Valkey 9.1, where the callback runs on the
 /// transaction's own client and `GetSelectedDb` answers the transaction's
