@@ -113,6 +113,10 @@ mod onload {
             has_hash_field_ttl(ctx),
             std::sync::atomic::Ordering::Relaxed,
         );
+        m.scan_expires_any_type.store(
+            !server::host::is_valkey(ctx.ctx),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         // Never switch a server feature off: declare what the module copes with.
         let options = cluster::module_options(ctx.ctx) | replication::module_options();
         server::host::set_module_options(ctx.ctx, options);

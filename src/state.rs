@@ -151,6 +151,10 @@ pub struct Shared {
     reaping: Arc<AtomicUsize>,
     /// Whether this server has hash-field expiry (HEXPIRE), set at load.
     pub hash_field_ttl: AtomicBool,
+    /// Whether this server's SCAN lazily expires the keys matching MATCH
+    /// whatever their type (Redis) or only those its TYPE filter keeps
+    /// (Valkey); set at load (see `index::walk::ScanSpec::expired_any_type`).
+    pub scan_expires_any_type: AtomicBool,
     /// The names the server gave non-builtin key types (see
     /// `server::keys::probe`).
     pub named_types: NamedTypes,
@@ -416,6 +420,7 @@ impl Shared {
             keys_in_flight: AtomicUsize::new(0),
             reaping: Arc::new(AtomicUsize::new(0)),
             hash_field_ttl: AtomicBool::new(true),
+            scan_expires_any_type: AtomicBool::new(true),
             named_types: NamedTypes::default(),
             latency: Latency::default(),
             index_peak: AtomicUsize::new(0),

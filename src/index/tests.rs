@@ -19,6 +19,7 @@ fn spec(pattern: Option<&[u8]>, count: usize, budget: usize) -> ScanSpec {
         count,
         budget,
         expired_max: 0,
+        expired_any_type: false,
     }
 }
 

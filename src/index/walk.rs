@@ -21,6 +21,9 @@ pub struct ScanSpec {
     /// the page lists in [`Page::expired`] (0: none), for a served SCAN to
     /// have the server expire them as native SCAN does.
     pub expired_max: usize,
+    /// Whether those are listed whatever the TYPE filter says (the
+    /// pattern and slots still apply), as Redis's SCAN expires them.
+    pub expired_any_type: bool,
 }
 
 /// Result of one walk.
@@ -127,16 +130,16 @@ fn walk_in<'a, E: Entries + 'a>(
             break;
         }
         examined += 1;
-        let matching = |k: &[u8]| {
-            spec.type_filter.is_none_or(|t| t == m.type_id())
+        let matching = |k: &[u8], any_type: bool| {
+            (any_type || spec.type_filter.is_none_or(|t| t == m.type_id()))
                 && check_glob.is_none_or(|p| p.is_match(k))
                 && slots.is_none_or(|s| s.holds_key(k))
         };
         if m.alive_at(at_ms) {
-            if matching(k) {
+            if matching(k, false) {
                 keys.push(Key::new(k));
             }
-        } else if expired.len() < spec.expired_max && matching(k) {
+        } else if expired.len() < spec.expired_max && matching(k, spec.expired_any_type) {
             expired.push(Key::new(k));
         }
         if keys.len() >= count || examined >= budget {

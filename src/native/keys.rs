@@ -89,6 +89,7 @@ pub fn run_as(lock: &ServerLock, ctx: Ctx, args: &[&[u8]], served: bool) -> Resu
         count: usize::MAX,
         budget: SLICE,
         expired_max: 0,
+        expired_any_type: false,
     };
     let mut bc = BlockedReply::block(ctx, &m.stats.blocked_clients)
         .ok_or_else(|| CmdError::msg("ERR snapscan: cannot block the client"))?;

@@ -210,6 +210,9 @@ pub fn run_with(
         } else {
             0
         },
+        expired_any_type: m
+            .scan_expires_any_type
+            .load(std::sync::atomic::Ordering::Relaxed),
     };
     Shared::bump(&m.stats.scans, 1);
     let (blocked, start) = if server::blocking_denied(ctx) || m.pool.threads() == 0 {

@@ -128,6 +128,7 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> 
         count: PAGE,
         budget: usize::MAX,
         expired_max: 0,
+        expired_any_type: false,
     };
     let mut task = Task {
         m,
