@@ -123,7 +123,7 @@ mod onload {
         m.keyspace.cluster.init(ctx.ctx, m);
         m.keyspace
             .clientdb
-            .register(ctx.ctx, events::ROUTES.client_db_filter);
+            .register(ctx.ctx, events::ROUTES.client_db_filter, dbs as u64);
         server::native::init(ctx.ctx);
         crate::native::init(m);
         if let Err(e) = keyspace::subscribe(ctx.ctx, &m.keyspace, events::ROUTES)

@@ -34,7 +34,7 @@ pub fn at_load(m: &Shared) {
     }
 }
 
-/// `SNAPSHOT.TESTHOOK PANIC indexer|janitor|reaper|worker | PAUSE-INDEXER 0|1 | FAIL-SPAWNS <n> | META <key>`
+/// `SNAPSHOT.TESTHOOK PANIC indexer|janitor|reaper|worker | PAUSE-INDEXER 0|1 | FAIL-SPAWNS <n> | META <key> | MISSING 0`
 ///
 /// `META key`: what the index holds for `key` in the selected database,
 /// everything logged so far applied: `[type id, expiry in Unix ms or -1]`,
@@ -73,6 +73,32 @@ pub fn run(lock: &ServerLock, ctx: Ctx, args: &[&[u8]]) -> Result<(), CmdError> 
                 r.long(i64::from(meta.type_id()));
                 r.long(meta.expire_at().unwrap_or(-1));
             }
+        }
+        return Ok(());
+    } else if is(what, "missing") {
+        // Keys the server holds (RedisModule_Scan: logically expired ones
+        // too) that the index does not, in the selected database.
+        crate::keyspace::tracking::settle(lock, m, &m.keyspace);
+        let db = crate::server::selected_db(ctx);
+        let snap = m.snapshot(&m.open(db, 0));
+        let mut missing: Vec<Vec<u8>> = vec![];
+        if let Some(mut cur) = crate::server::scan::Cursor::new() {
+            while cur.scan(ctx, |_, name, key| {
+                let b = crate::server::string_bytes(name);
+                if snap.get(b).is_none() {
+                    let mut line = b.to_vec();
+                    if !key.is_null() {
+                        let at = crate::server::keys::expire_of(key).unwrap_or(-1);
+                        line.extend_from_slice(format!(" (expires at {at})").as_bytes());
+                    }
+                    missing.push(line);
+                }
+            }) {}
+        }
+        let r = Reply::new(ctx);
+        r.array(missing.len());
+        for k in &missing {
+            r.bulk(k);
         }
         return Ok(());
     } else if is(what, "pause-indexer") {

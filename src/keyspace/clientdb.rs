@@ -9,8 +9,15 @@
 //! database, the executing client and its database when the command starts;
 //! after each notification the module selects that database back on that
 //! client. The filter costs one argument comparison per command; the client
-//! lookup is made only for those few commands. A transaction that queues a
-//! `SELECT` is left alone (the database changes inside it).
+//! lookup is made only for those few commands.
+//!
+//! A transaction that queues a `SELECT` changes its database inside `EXEC`,
+//! where the filter sees nothing: the filter replays the queued `SELECT`s
+//! to learn the database each queued `COPY ... DB` and `DEBUG` starts from
+//! (a [`Plan`]), and during `EXEC` a notification of one of them selects
+//! that database back (the running command's name tells which kind runs;
+//! its key, which one). A `MOVE` needs no plan: its `move_from` event,
+//! fired in its source database right before `move_to`, names it.
 //!
 //! Enabled on Valkey 8 only. The decisions ([`Tracker`]) are pure and
 //! unit-tested; the server side (the filter's arguments, client lookups,
@@ -18,10 +25,12 @@
 
 use crate::server::clientdb::{self as raw_clientdb, FilterCall};
 use crate::server::locked::{LockedCell, ServerLock};
-use crate::server::{host, Ctx};
+use crate::server::subscribe::event_name;
+use crate::server::{self, host, Ctx};
 use redis_module::raw;
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::{HashMap, VecDeque};
+use std::os::raw::c_char;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// The workaround's state (a field of `keyspace::Keyspace`). The filter
@@ -34,8 +43,13 @@ pub struct ClientDb {
     enabled: AtomicBool,
     /// What the filter decided last (main thread, server lock).
     state: LockedCell<State>,
+    /// The transaction being executed, when it queued a `SELECT` and a
+    /// command notifying in another database (main thread, server lock).
+    plan: LockedCell<Option<Plan>>,
     /// Clients in MULTI (rarely touched: only for the few commands that matter).
     txns: Mutex<Txns>,
+    /// The server's `databases` (a queued `SELECT` beyond it fails).
+    databases: AtomicU64,
 }
 
 impl Default for ClientDb {
@@ -43,7 +57,9 @@ impl Default for ClientDb {
         ClientDb {
             enabled: AtomicBool::new(false),
             state: LockedCell::new(State::NONE),
+            plan: LockedCell::new(None),
             txns: Mutex::new(Txns::default()),
+            databases: AtomicU64::new(0),
         }
     }
 }
@@ -55,8 +71,9 @@ impl ClientDb {
     }
 
     /// Registers the router's `filter` where the server needs the
-    /// workaround (OnLoad).
-    pub fn register(&self, ctx: Ctx, filter: raw::RedisModuleCommandFilterFunc) {
+    /// workaround (OnLoad); `databases`: the server's.
+    pub fn register(&self, ctx: Ctx, filter: raw::RedisModuleCommandFilterFunc, databases: u64) {
+        self.databases.store(databases, Ordering::Relaxed);
         if Self::needed(host::valkey_major(ctx)) && raw_clientdb::register_filter(ctx, filter) {
             self.enabled.store(true, Ordering::Relaxed);
         }
@@ -66,15 +83,18 @@ impl ClientDb {
     pub fn on_command(&self, lock: &ServerLock, call: &FilterCall) {
         let mut t = Tracker {
             state: self.state.get(lock),
+            plan: self.plan.take(lock),
+            databases: self.databases.load(Ordering::Relaxed),
             txns: &mut |f| self.with_txns(f),
         };
         t.on_command(call);
         self.state.replace(lock, t.state);
+        self.plan.replace(lock, t.plan);
     }
 
     fn with_txns(&self, f: &mut dyn FnMut(&mut Txns) -> bool) -> bool {
         let mut t = self.txns.lock().unwrap_or_else(|e| e.into_inner());
-        if t.cross.len() + t.select.len() > MAX_TXNS {
+        if t.queued.len() > MAX_TXNS {
             *t = Txns::default();
         }
         f(&mut t)
@@ -145,15 +165,185 @@ impl State {
 
 #[derive(Default)]
 pub struct Txns {
-    /// Clients in MULTI that queued a command notifying in another db.
-    cross: HashSet<u64>,
-    /// Clients in MULTI that queued a SELECT.
-    select: HashSet<u64>,
+    /// Clients in MULTI that queued a SELECT, a script or a command
+    /// notifying in another database, and what they queued.
+    queued: HashMap<u64, Queued>,
+}
+
+/// What a client in MULTI queued that matters here.
+#[derive(Debug)]
+struct Queued {
+    /// The database the transaction will be on at this point of `EXEC`
+    /// (the queued `SELECT`s replayed).
+    db: u64,
+    /// A `SELECT` was queued.
+    select: bool,
+    /// A command notifying in another database (or a script) was queued.
+    cross: bool,
+    /// The queued `COPY ... DB` and `DEBUG`, with the database each starts
+    /// from.
+    cmds: Vec<CrossCmd>,
+    /// More than [`MAX_QUEUED`] of them: no plan.
+    overflow: bool,
 }
 
 /// Most clients tracked in MULTI (a client that disconnects mid-MULTI is
-/// never removed: the sets are cleared when they reach this).
+/// never removed: the map is cleared when it reaches this).
 const MAX_TXNS: usize = 10_000;
+
+/// Most `COPY ... DB` and `DEBUG` commands remembered per transaction.
+const MAX_QUEUED: usize = 1024;
+
+/// A queued command that notifies in another database and leaves no event
+/// in its own (`MOVE` does: see [`Plan::after_event`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CrossCmd {
+    pub kind: CrossKind,
+    /// The database it starts from.
+    pub src: u64,
+    /// `COPY`: its destination database.
+    pub dst: u64,
+    /// The keys its events are about (`COPY`: source and destination).
+    pub keys: [Vec<u8>; 2],
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrossKind {
+    Copy,
+    Debug,
+}
+
+impl Queued {
+    fn new(db: u64) -> Self {
+        Queued {
+            db,
+            select: false,
+            cross: false,
+            cmds: vec![],
+            overflow: false,
+        }
+    }
+
+    /// Records a queued command of kind `k` (`databases`: the server's, 0
+    /// if unknown).
+    fn queue(&mut self, k: Kind, cmd: &dyn Command, databases: u64) {
+        match k {
+            Kind::Select => {
+                self.select = true;
+                let n = std::str::from_utf8(cmd.arg(1))
+                    .ok()
+                    .and_then(|t| t.parse::<u64>().ok());
+                // A SELECT beyond the databases fails in EXEC: no change.
+                if let Some(n) = n.filter(|&n| databases == 0 || n < databases) {
+                    self.db = n;
+                }
+            }
+            Kind::Script => self.cross = true,
+            Kind::CrossDb => {
+                self.cross = true;
+                let name = cmd.name();
+                let (kind, dst) = if name.eq_ignore_ascii_case(b"copy") {
+                    let mut args = (3..).map(|i| cmd.arg(i)).take_while(|a| !a.is_empty());
+                    let dst = args
+                        .by_ref()
+                        .find(|a| a.eq_ignore_ascii_case(b"db"))
+                        .and(args.next())
+                        .and_then(|a| std::str::from_utf8(a).ok())
+                        .and_then(|t| t.parse::<u64>().ok());
+                    match dst {
+                        Some(dst) => (CrossKind::Copy, dst),
+                        None => return, // in its own database, or fails
+                    }
+                } else if name.eq_ignore_ascii_case(b"debug") {
+                    (CrossKind::Debug, self.db)
+                } else {
+                    return; // MOVE: see Plan::after_event
+                };
+                if self.cmds.len() >= MAX_QUEUED {
+                    self.overflow = true;
+                    return;
+                }
+                self.cmds.push(CrossCmd {
+                    kind,
+                    src: self.db,
+                    dst,
+                    keys: [cmd.arg(1).to_vec(), cmd.arg(2).to_vec()],
+                });
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The transaction being executed by `client`, which queued a `SELECT`:
+/// what a notification during its `EXEC` must select back.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub client: u64,
+    /// The queued `COPY ... DB` and `DEBUG` not yet seen to end.
+    pub cmds: VecDeque<CrossCmd>,
+    /// The database of the running `MOVE`'s `move_from` event.
+    pub move_src: Option<u64>,
+}
+
+impl Plan {
+    /// After a notification `event` about `key` in database `db`, fired
+    /// while the plan's client runs `cmd` (the server selected `db` on
+    /// it): the database to select back, if any.
+    ///
+    /// - `MOVE` fires `move_from` in its source database, then `move_to`
+    ///   in the destination, and nothing after: `move_to` selects back the
+    ///   database `move_from` named. (Its earlier events in the
+    ///   destination, a lazily expired key or "new", come before these two
+    ///   and do not matter: MOVE works on its two databases, not the
+    ///   client's.)
+    /// - `COPY ... DB`: the database it started from, that of the first
+    ///   queued `COPY` to `key` in `db` whose source key `exists` there
+    ///   (a COPY before it to the same key fired nothing: it failed, its
+    ///   source missing, or its destination taken, which fails the later
+    ///   one too); its events in its source database need nothing.
+    ///   `copy_to` is its last event.
+    /// - `DEBUG` (RELOAD: every key's "loaded" event): the database it
+    ///   started from. (Two in one transaction with a `SELECT` between
+    ///   them: the first's.)
+    /// - Any other command notifies in its own database only.
+    pub fn after_event(
+        &mut self,
+        (cmd, event): (&[u8], &[u8]),
+        (key, db): (&[u8], u64),
+        exists: &mut dyn FnMut(u64, &[u8]) -> bool,
+    ) -> Option<u64> {
+        if cmd.eq_ignore_ascii_case(b"move") {
+            return match event {
+                b"move_from" => {
+                    self.move_src = Some(db);
+                    None
+                }
+                b"move_to" => self.move_src.take(),
+                _ => None,
+            };
+        }
+        let at = if cmd.eq_ignore_ascii_case(b"copy") {
+            self.cmds.iter().position(|c| {
+                c.kind == CrossKind::Copy
+                    && c.dst == db
+                    && c.keys[1] == key
+                    && exists(c.src, &c.keys[0])
+            })?
+        } else if cmd.eq_ignore_ascii_case(b"debug") {
+            self.cmds.iter().position(|c| c.kind == CrossKind::Debug)?
+        } else {
+            return None;
+        };
+        // Those before it have run (and fired nothing here).
+        self.cmds.drain(..at);
+        let src = self.cmds.front()?.src;
+        if event == b"copy_to" {
+            self.cmds.pop_front();
+        }
+        Some(src)
+    }
+}
 
 /// What the server says about the command a filter sees.
 pub trait Command {
@@ -172,6 +362,12 @@ pub type WithTxns<'a> = &'a mut dyn FnMut(&mut dyn FnMut(&mut Txns) -> bool) -> 
 /// The filter's decisions: what to remember of a command about to run.
 pub struct Tracker<'a> {
     pub state: State,
+    /// The transaction under way (see [`Plan`]): it lasts until the next
+    /// command of a client the server lists (a script's own commands run
+    /// inside it).
+    pub plan: Option<Plan>,
+    /// The server's `databases` (0: unknown).
+    pub databases: u64,
     pub txns: WithTxns<'a>,
 }
 
@@ -179,6 +375,9 @@ impl Tracker<'_> {
     /// Sees `cmd` before it runs.
     pub fn on_command(&mut self, cmd: &dyn Command) {
         let k = kind(cmd.name());
+        if self.plan.is_some() && cmd.client_state(cmd.client_id()).is_some() {
+            self.plan = None;
+        }
         let s = &mut self.state;
         if s.in_script {
             let id = cmd.client_id();
@@ -213,10 +412,13 @@ impl Tracker<'_> {
         let remember = match k {
             // Queued, not run now.
             _ if in_multi && k != Kind::Exec && k != Kind::Discard => {
-                (self.txns)(&mut |t| match k {
-                    Kind::CrossDb | Kind::Script => t.cross.insert(id),
-                    Kind::Select => t.select.insert(id),
-                    _ => false,
+                let databases = self.databases;
+                (self.txns)(&mut |t| {
+                    t.queued
+                        .entry(id)
+                        .or_insert_with(|| Queued::new(db))
+                        .queue(k, cmd, databases);
+                    false
                 });
                 return;
             }
@@ -226,11 +428,32 @@ impl Tracker<'_> {
                 s.in_script = true;
                 true
             }
-            Kind::Exec => (self.txns)(&mut |t| t.cross.remove(&id) & !t.select.remove(&id)),
+            Kind::Exec => {
+                let mut queued = None;
+                (self.txns)(&mut |t| {
+                    queued = t.queued.remove(&id);
+                    false
+                });
+                match queued {
+                    // The database changes inside: a plan, nothing to
+                    // remember.
+                    Some(q) if q.select => {
+                        if q.cross && !q.overflow {
+                            self.plan = Some(Plan {
+                                client: id,
+                                cmds: q.cmds.into(),
+                                move_src: None,
+                            });
+                        }
+                        false
+                    }
+                    Some(q) => q.cross,
+                    None => false,
+                }
+            }
             Kind::Discard => {
                 (self.txns)(&mut |t| {
-                    t.cross.remove(&id);
-                    t.select.remove(&id);
+                    t.queued.remove(&id);
                     false
                 });
                 false
@@ -267,18 +490,56 @@ pub struct RestoreDb<'a> {
     lock: &'a ServerLock,
     ctx: Ctx,
     db: &'a ClientDb,
+    /// The notification's event and key (read only under a [`Plan`]).
+    event: *const c_char,
+    key: *mut raw::RedisModuleString,
+    /// The database the server selected for the notification.
+    event_db: usize,
 }
 
 impl<'a> RestoreDb<'a> {
-    pub fn new(lock: &'a ServerLock, ctx: Ctx, db: &'a ClientDb) -> Option<Self> {
-        db.enabled
-            .load(Ordering::Relaxed)
-            .then_some(RestoreDb { lock, ctx, db })
+    pub fn new(
+        lock: &'a ServerLock,
+        ctx: Ctx,
+        db: &'a ClientDb,
+        event: *const c_char,
+        key: *mut raw::RedisModuleString,
+    ) -> Option<Self> {
+        db.enabled.load(Ordering::Relaxed).then(|| RestoreDb {
+            lock,
+            ctx,
+            db,
+            event,
+            key,
+            event_db: server::selected_db(ctx),
+        })
     }
 }
 
 impl Drop for RestoreDb<'_> {
     fn drop(&mut self) {
+        if let Some(mut plan) = self.db.plan.take(self.lock) {
+            if raw_clientdb::client_of(self.ctx) == plan.client {
+                let cmd = raw_clientdb::current_command(self.ctx);
+                let event = event_name(self.event);
+                let key = server::string_bytes(self.key);
+                let ctx = self.ctx;
+                // A lookup selects its database on the client: selected
+                // back, to the event's if nothing else.
+                let mut looked = false;
+                let mut exists = |db: u64, key: &[u8]| {
+                    looked = true;
+                    raw_clientdb::exists_in(ctx, db, key)
+                };
+                let at = (key, self.event_db as u64);
+                let back = plan.after_event((&cmd, event), at, &mut exists);
+                let back = back.or(looked.then_some(self.event_db as u64));
+                if let Some(db) = back {
+                    raw_clientdb::select_back(self.ctx, plan.client, db as usize);
+                }
+            }
+            self.db.plan.replace(self.lock, Some(plan));
+        }
         let s = self.db.state.get(self.lock);
         if s.client != 0 {
             raw_clientdb::select_back(self.ctx, s.client, s.db as usize);
@@ -335,6 +596,8 @@ mod tests {
         let mut with = |f: &mut dyn FnMut(&mut Txns) -> bool| f(&mut txns);
         let mut t = Tracker {
             state: State::NONE,
+            plan: None,
+            databases: 16,
             txns: &mut with,
         };
         steps
@@ -397,6 +660,144 @@ mod tests {
             ),
             [(0, 0), (7, 1), (7, 1), (7, 1), (0, 1)]
         );
+    }
+
+    /// Runs `steps` through one tracker; the plan after the last.
+    fn plan_after(clients: &HashMap<u64, (u64, bool)>, steps: &[(u64, &str)]) -> Option<Plan> {
+        let mut txns = Txns::default();
+        let mut with = |f: &mut dyn FnMut(&mut Txns) -> bool| f(&mut txns);
+        let mut t = Tracker {
+            state: State::NONE,
+            plan: None,
+            databases: 16,
+            txns: &mut with,
+        };
+        for (id, cmd) in steps {
+            let args: Vec<&[u8]> = cmd.split(' ').map(str::as_bytes).collect();
+            t.on_command(&Cmd {
+                args,
+                id: *id,
+                clients,
+            });
+        }
+        t.plan
+    }
+
+    fn copy(src: u64, from: &str, to: &str) -> CrossCmd {
+        CrossCmd {
+            kind: CrossKind::Copy,
+            src,
+            dst: 0,
+            keys: [from.as_bytes().to_vec(), to.as_bytes().to_vec()],
+        }
+    }
+
+    #[test]
+    fn a_transaction_that_selects_gets_a_plan_of_its_copies() {
+        // Client 7 in MULTI on database 1.
+        let clients = HashMap::from([(7, (1, true))]);
+        let plan = plan_after(
+            &clients,
+            &[
+                (7, "COPY a b DB 0"),
+                (7, "SELECT 3"),
+                (7, "COPY c d db 0 REPLACE"),
+                (7, "COPY e f"),
+                (7, "SELECT 99"),
+                (7, "MOVE g 2"),
+                (7, "SELECT 2"),
+                (7, "DEBUG RELOAD"),
+                (7, "EXEC"),
+            ],
+        )
+        .expect("a plan");
+        assert_eq!(plan.client, 7);
+        let debug = CrossCmd {
+            kind: CrossKind::Debug,
+            src: 2,
+            dst: 2,
+            keys: [b"RELOAD".to_vec(), vec![]],
+        };
+        assert_eq!(
+            Vec::from(plan.cmds),
+            [copy(1, "a", "b"), copy(3, "c", "d"), debug]
+        );
+    }
+
+    #[test]
+    fn no_plan_without_a_select_or_without_a_cross_db_command() {
+        let clients = HashMap::from([(7, (1, true))]);
+        let steps = [(7, "COPY a b DB 0"), (7, "EXEC")];
+        assert_eq!(plan_after(&clients, &steps), None);
+        let steps = [(7, "SELECT 2"), (7, "SET a b"), (7, "EXEC")];
+        assert_eq!(plan_after(&clients, &steps), None);
+    }
+
+    #[test]
+    fn the_plan_ends_with_the_next_command_of_a_listed_client() {
+        // 9 is a script's own client, 8 another connection.
+        let clients = HashMap::from([(7, (1, true)), (8, (0, false))]);
+        let steps = [
+            (7, "SELECT 2"),
+            (7, "MOVE a 1"),
+            (7, "EXEC"),
+            (9, "SET x 1"),
+        ];
+        assert!(plan_after(&clients, &steps).is_some());
+        let steps = [(7, "SELECT 2"), (7, "MOVE a 1"), (7, "EXEC"), (8, "GET x")];
+        assert_eq!(plan_after(&clients, &steps), None);
+    }
+
+    #[test]
+    fn events_select_back_where_each_command_started() {
+        let mut p = Plan {
+            client: 7,
+            cmds: VecDeque::from([copy(1, "a", "b"), copy(3, "a", "b"), copy(5, "c", "d")]),
+            move_src: None,
+        };
+        // Source keys: `a` in databases 1 and 3, `c` in 5.
+        let mut exists = |db: u64, k: &[u8]| matches!((db, k), (1 | 3, b"a") | (5, b"c"));
+        let mut ev = |p: &mut Plan, cmd: &str, event: &str, key: &str, db: u64| {
+            p.after_event(
+                (cmd.as_bytes(), event.as_bytes()),
+                (key.as_bytes(), db),
+                &mut exists,
+            )
+        };
+        // Another command's event: its own database, nothing to do.
+        assert_eq!(ev(&mut p, "set", "set", "a", 1), None);
+        // A MOVE: back where move_from fired.
+        assert_eq!(ev(&mut p, "move", "new", "m", 4), None);
+        assert_eq!(ev(&mut p, "move", "move_from", "m", 2), None);
+        assert_eq!(ev(&mut p, "move", "move_to", "m", 4), Some(2));
+        // The first COPY of a to b: an event in its source database, then
+        // its new and copy_to events.
+        assert_eq!(ev(&mut p, "copy", "expired", "a", 1), None);
+        assert_eq!(ev(&mut p, "COPY", "new", "b", 0), Some(1));
+        assert_eq!(ev(&mut p, "copy", "copy_to", "b", 0), Some(1));
+        // The second COPY of a to b failed (no event); the third's events
+        // skip it.
+        assert_eq!(ev(&mut p, "copy", "copy_to", "d", 0), Some(5));
+        assert!(p.cmds.is_empty());
+        assert_eq!(ev(&mut p, "copy", "copy_to", "d", 0), None);
+    }
+
+    #[test]
+    fn a_copy_whose_source_is_missing_failed() {
+        // COPY x y DB 0 from database 0 (no x there: fails), then from 3.
+        let mut p = Plan {
+            client: 7,
+            cmds: VecDeque::from([copy(0, "x", "y"), copy(3, "x", "y")]),
+            move_src: None,
+        };
+        let mut exists = |db: u64, k: &[u8]| db == 3 && k == b"x";
+        let at = (&b"y"[..], 0);
+        assert_eq!(p.after_event((b"copy", b"new"), at, &mut exists), Some(3));
+        assert_eq!(
+            p.after_event((b"copy", b"copy_to"), at, &mut exists),
+            Some(3)
+        );
+        assert!(p.cmds.is_empty());
     }
 
     #[test]

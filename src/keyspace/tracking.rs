@@ -371,7 +371,7 @@ pub fn on_keyspace_event(
 ) {
     // The Valkey 8 bug: the client's database selected back on return (see
     // clientdb.rs).
-    let _restore = RestoreDb::new(lock, ctx, &ks.clientdb);
+    let _restore = RestoreDb::new(lock, ctx, &ks.clientdb, event, key);
     if ks.idle.dropped(lock) {
         // No index to keep: only running copies and deletions watch keys.
         if m.watches.any() {

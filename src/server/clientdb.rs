@@ -74,6 +74,51 @@ pub fn client_state(id: u64) -> Option<(u64, bool)> {
     ))
 }
 
+/// The id of the client of `ctx` (0 when the server does not say).
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is the live context of the running notification callback"
+)]
+pub fn client_of(ctx: Ctx) -> u64 {
+    match api!(RedisModule_GetClientId) {
+        // SAFETY: ctx is the live context of the notification callback.
+        Some(f) => unsafe { f(ctx) },
+        None => 0,
+    }
+}
+
+/// The name of the command the client of `ctx` runs (inside `EXEC`, the
+/// queued command being executed); empty when the server does not say.
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is the live context of the running notification callback"
+)]
+pub fn current_command(ctx: Ctx) -> Vec<u8> {
+    let Some(f) = api!(RedisModule_GetCurrentCommandName) else {
+        return vec![];
+    };
+    // SAFETY: ctx is live; the server returns NULL or a C string of the
+    // running command, valid during this callback (copied out here).
+    let name = unsafe { f(ctx) };
+    if name.is_null() {
+        return vec![];
+    }
+    // SAFETY: a non-NULL, NUL-terminated C string (above).
+    unsafe { std::ffi::CStr::from_ptr(name) }
+        .to_bytes()
+        .to_vec()
+}
+
+/// Whether `key` exists in database `db`, read through the client of `ctx`
+/// (selected on `db` for the read: the caller selects its database back
+/// after). No touch, no expiry, no statistics.
+pub fn exists_in(ctx: Ctx, db: u64, key: &[u8]) -> bool {
+    if !super::select_db(ctx, db as usize) {
+        return false;
+    }
+    super::OwnedString::new(ctx, key).is_some_and(|k| super::keys::exists(ctx, k.ptr()))
+}
+
 /// Selects `db` on the client of `ctx` if it is `client` and is elsewhere.
 #[allow(
     clippy::not_unsafe_ptr_arg_deref,

@@ -76,6 +76,28 @@ pub fn probe(ctx: Ctx, keyname: *mut raw::RedisModuleString, names: &NamedTypes)
     found
 }
 
+/// Whether `keyname` exists in the database selected on `ctx` (opened
+/// without touching it). Server lock held.
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx and keyname are live handles of the calling callback (the server lock is held)"
+)]
+pub fn exists(ctx: Ctx, keyname: *mut raw::RedisModuleString) -> bool {
+    let (Some(open), Some(close)) = (api!(RedisModule_OpenKey), api!(RedisModule_CloseKey)) else {
+        return false;
+    };
+    // SAFETY: ctx and keyname are live for this callback and the server lock
+    // is held; the key handle is closed before returning.
+    unsafe {
+        let key = open(ctx, keyname, OPEN_FLAGS as i32);
+        if key.is_null() {
+            return false;
+        }
+        close(key);
+    }
+    true
+}
+
 /// Like [`probe`], for a key name the server may have allocated on its
 /// stack (the "loaded" notification during RDB load): OpenKey would retain
 /// the name, so probe through a heap copy instead.
@@ -173,7 +195,12 @@ pub fn probe_open(
     })
 }
 
-fn expire_of(key: *mut raw::RedisModuleKey) -> Option<i64> {
+/// The absolute expiry (Unix ms) of an open key handle, if it has one.
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "key is a live, open key handle of the calling callback (server lock held)"
+)]
+pub fn expire_of(key: *mut raw::RedisModuleKey) -> Option<i64> {
     let abs = if let Some(f) = api!(RedisModule_GetAbsExpire) {
         // SAFETY: key is a live, open key handle.
         unsafe { f(key) }

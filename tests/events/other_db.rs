@@ -47,6 +47,22 @@ fn client_db_survives_cross_db_notifications(#[case] script: &str, #[case] expec
     "MULTI; SET a 1; MOVE a 3; SET b 1; MOVE bg3:str 0; EXEC",
     "0: @bg0 b; 3: @bg3 a"
 )]
+// A transaction that SELECTs: each command runs on the database its own
+// SELECT chose, whatever the cross-db commands between them notify (on
+// Valkey 8.1 the COPY and MOVE left the client on their destination: `b`,
+// `d` landed in db 0; issue 24, found by the fuzzer on a replica).
+#[case::select_copy_move(
+    "MULTI; SELECT 3; SET a 1; COPY a c DB 0; SET b 2; MOVE a 0; SET d 3; SELECT 0; SET e 1; EXEC",
+    "0: @bg0 c a e; 3: @bg3 b d"
+)]
+#[case::select_failed_copy(
+    "SELECT 3; SET x 1; SELECT 0; MULTI; COPY x y DB 0; SELECT 3; COPY x y DB 0; SET b 2; EXEC",
+    "0: @bg0 y; 3: @bg3 x b"
+)]
+#[case::select_debug_reload(
+    "MULTI; SELECT 3; SET a 1; DEBUG RELOAD; SET b 1; SELECT 0; SET c 1; EXEC",
+    "0: @bg0 c; 3: @bg3 a b"
+)]
 fn multi_exec_cross_db_commands(#[case] script: &str, #[case] expect: &str) {
     let expect = parse_expect(expect);
     let (_server, mut con, mut chk) = server_with_bg();
@@ -72,4 +88,24 @@ fn replica_follows_cross_db_commands() {
     });
     assert_keyspace(&mut r, &expect, "replica");
     assert_replica_matches(&mut pchk, &mut r, &dbs, "after cross-db writes");
+}
+
+/// A replica applies a transaction that SELECTs around cross-db commands
+/// (as a primary propagates a script's or a client's): the commands after
+/// it land where the primary's did (on Valkey 8.1 the replica's link was
+/// left on the COPY's destination and the replica diverged: issue 24).
+#[test]
+fn replica_follows_a_transaction_that_selects() {
+    let (primary, mut p, mut pchk) = server_with_bg();
+    let (_replica, mut r) = start_replica(&primary);
+    let dbs = [0, 3, 5];
+    let script = "SELECT 5; MULTI; SELECT 3; SET a 1; COPY a c DB 0; SET b 2; MOVE a 0; SET d 3; EXEC; SET f 1; SELECT 5; SET g 1";
+    assert!(run_script(&mut p, &mut pchk, script, &dbs, true));
+    let expect = parse_expect("0: @bg0 c a; 3: @bg3 b d f; 5: g");
+    assert_keyspace(&mut pchk, &expect, "primary");
+    wait_until("the replica to catch up", WAIT, || {
+        repl_offset(&mut r) == repl_offset(&mut pchk)
+    });
+    assert_keyspace(&mut r, &expect, "replica");
+    assert_replica_matches(&mut pchk, &mut r, &dbs, "after a transaction that selects");
 }

@@ -538,11 +538,58 @@ pub fn count(con: &mut Connection, dbs: u64) -> Result<(), String> {
                 if let Err(e) = scan(con, &c, &mut |_| {}) {
                     diff.push(format!("db{db}: {e}"));
                 }
+                select(con, db)?;
+                let missing: Result<Vec<Vec<u8>>, _> = redis::cmd("SNAPSHOT.TESTHOOK")
+                    .arg("MISSING")
+                    .arg(0)
+                    .query(con);
+                match missing {
+                    Ok(keys) if keys.is_empty() => {}
+                    Ok(keys) => {
+                        let names: Vec<String> = keys.iter().map(|k| show(k)).collect();
+                        let now = std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map_or(0, |d| d.as_millis());
+                        let role: String = redis::cmd("ROLE")
+                            .query::<Vec<Value>>(con)
+                            .ok()
+                            .and_then(|r| r.first().cloned())
+                            .and_then(|v| redis::from_redis_value::<String>(&v).ok())
+                            .unwrap_or_default();
+                        diff.push(format!(
+                            "db{db}: not in the index ({role}, now {now}): {}",
+                            names.join(" ")
+                        ));
+                    }
+                    Err(e) => diff.push(format!("db{db}: SNAPSHOT.TESTHOOK MISSING: {e}")),
+                }
             }
             return Err(diff.join("; "));
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Each node's role and `INFO keyspace` (keys, keys with an expiry), for
+/// a failed count check.
+pub fn keyspaces(nodes: &[&crate::common::Server]) -> String {
+    let mut out = vec![];
+    for (i, s) in nodes.iter().enumerate() {
+        let mut con = s.client();
+        let role: String = redis::cmd("ROLE")
+            .query::<Vec<Value>>(&mut con)
+            .ok()
+            .and_then(|r| r.first().cloned())
+            .and_then(|v| redis::from_redis_value::<String>(&v).ok())
+            .unwrap_or_default();
+        let info: String = redis::cmd("INFO")
+            .arg("keyspace")
+            .query(&mut con)
+            .unwrap_or_default();
+        let dbs: Vec<&str> = info.lines().filter(|l| l.starts_with("db")).collect();
+        out.push(format!("node {i} {role} [{}]", dbs.join(" ")));
+    }
+    out.join(", ")
 }
 
 /// `CONFIG SET snapshot.serve-native <mode>` (a refusal shows in the check

@@ -199,6 +199,9 @@ pub(crate) fn run_step(
         }
         Step::Check(c) => {
             t.wait_synced();
+            if let Some(e) = t.diverged() {
+                return Err(e);
+            }
             let nodes: Vec<redis::Connection> = t.checked().iter().map(|s| s.client()).collect();
             for (i, mut con) in nodes.into_iter().enumerate() {
                 let r = match c {
@@ -211,7 +214,8 @@ pub(crate) fn run_step(
                         })
                         .map(|_| ())
                     }
-                    Check::Count => check::count(&mut con, t.dbs()),
+                    Check::Count => check::count(&mut con, t.dbs())
+                        .map_err(|e| format!("{e}; keyspaces: {}", check::keyspaces(&t.checked()))),
                     Check::Served { .. } => check::served(&mut con, c, caps.field_expiry),
                     Check::ScriptScan { .. } => {
                         check::script_scan(&mut con, c, caps.wall_clock_scripts)
@@ -262,6 +266,7 @@ fn run_seed(
         let r = run_step(&mut t, caps, &s, totals);
         log.push(s);
         if let Err(e) = r {
+            t.save_logs(&format!("{seed}"));
             return Err((log, e));
         }
     }

@@ -74,7 +74,9 @@ pub struct Target {
 }
 
 fn opts(mode: Mode) -> ServerOpts {
-    let mut o = ServerOpts::new();
+    // The test hooks: SNAPSHOT.TESTHOOK MISSING names what a failed count
+    // check is missing.
+    let mut o = ServerOpts::new().env("SNAPSCAN_TEST_HOOKS", "1");
     for (k, v) in mode.configs() {
         o = o.config(k, v);
     }
@@ -177,6 +179,57 @@ impl Target {
             info_field(&ri, "master_link_status").as_deref() == Some("up")
                 && info_field(&pi, "master_repl_offset") == info_field(&ri, "slave_repl_offset")
         });
+    }
+
+    /// Keeps every node's log in target/fuzz-failures (`why`: in the
+    /// names), for a failure or a harness panic: the servers' temporary
+    /// directories go with them.
+    pub fn save_logs(&self, why: &str) {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/fuzz-failures");
+        let _ = std::fs::create_dir_all(&dir);
+        for (i, s) in self.checked().iter().enumerate() {
+            let to = dir.join(format!(
+                "{}-{}-{why}-node{i}.log",
+                Server::server_name(),
+                self.mode.name()
+            ));
+            if std::fs::copy(s.log_path(), &to).is_ok() {
+                eprintln!("fuzz: node {i} (port {}) log kept in {}", s.port(), to.display());
+            }
+        }
+    }
+
+    /// Replica mode: primary and replica in sync hold as many keys in every
+    /// database (polled, bounded: an expiry may fall between two reads);
+    /// what each holds when they do not.
+    pub fn diverged(&self) -> Option<String> {
+        if self.mode != Mode::Replica {
+            return None;
+        }
+        let sizes = |s: &Server| -> Vec<u64> {
+            let mut c = s.client();
+            (0..self.dbs())
+                .map(|db| {
+                    let _: () = query(&mut c, &["SELECT", &db.to_string()]).expect("SELECT");
+                    query(&mut c, &["DBSIZE"]).expect("DBSIZE")
+                })
+                .collect()
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            self.wait_synced();
+            let p = sizes(&self.servers[self.primary]);
+            let r = sizes(&self.servers[1 - self.primary]);
+            if p == r {
+                return None;
+            }
+            if Instant::now() > deadline {
+                return Some(format!(
+                    "the replica diverged: DBSIZE per database, primary {p:?}, replica {r:?}"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Runs one command; the server's error is a result like any other.
@@ -322,4 +375,12 @@ pub fn command(args: &[Vec<u8>]) -> redis::Cmd {
 /// Runs `args` on `con`; the server's error as text.
 pub fn raw(con: &mut Connection, args: &[Vec<u8>]) -> Result<Value, String> {
     command(args).query::<Value>(con).map_err(|e| e.to_string())
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.save_logs("panic");
+        }
+    }
 }

@@ -219,15 +219,36 @@ fn atomic(t: &mut Target, op: &Op) -> bool {
     let asm = t.asm.expect("atomic slot migration");
     let range = format!("{}-{}", op.slot, op.slot);
     let cancel = op.kind == Kind::CancelledImport;
+    let mut op = op.clone();
     {
         let c = t.cluster().expect("a cluster");
-        if cancel {
-            asm.hold(&c.nodes[op.from], true);
-        }
-        when_settled("the atomic migration's start", || {
+        // The owner as every node sees it now, at each try: right after a
+        // migration the former owner may still be named somewhere, and the
+        // new one refuses to migrate the slot until its import is done
+        // (Valkey 9.1: "Slots are not served by this node").
+        let mut start = || {
+            let from = c.agreed_owner(op.slot);
+            if from == op.to {
+                op.to = (from + 1) % 3;
+            }
+            if cancel && from != op.from {
+                asm.hold(&c.nodes[op.from], false);
+            }
+            op.from = from;
+            if cancel {
+                asm.hold(&c.nodes[op.from], true);
+            }
             asm.try_start(c, op.from, op.to, op.slot, op.slot)
+        };
+        when_settled("the atomic migration's start", || match start() {
+            Err(e) if e.to_string().contains("not served by this node") => Err(redis::RedisError::from((
+                redis::ErrorKind::TryAgain,
+                "slot migration in progress (the slot's owner is changing)",
+            ))),
+            r => r,
         });
     }
+    let op = &op;
     for i in 0..5 {
         write_stage(t, op, i);
     }
