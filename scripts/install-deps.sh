@@ -51,6 +51,8 @@ APT_PACKAGES+=(prometheus-redis-exporter prometheus)
 # by tests/native_clients.rs): Debian's Ruby 3.1, ActiveSupport 6.1 and redis-rb 4.8.
 APT_PACKAGES+=(ruby-activesupport ruby-redis)
 # --- end of the native-commands block ---
+# The servers' own tests/unit/scan.tcl (tests/peer_suite.rs) run with tclsh.
+APT_PACKAGES+=(tcl)
 
 LOG="$(mktemp -t snapscan-install.XXXXXX)"
 trap 'rm -f "$LOG"' EXIT
@@ -274,6 +276,56 @@ if [[ "$(cat "$R86/bin/redis-server" 2>/dev/null)" != "$wrapper" || ! -x "$R86/b
     "${SUDO[@]}" chmod 755 "$R86/bin/redis-server"
 fi
 step "redis 8.6: $R86/bin/redis-server"
+
+# ------------------------------------------------ upstream test suites ----
+# tests/peer_suite.rs runs the servers' own tests/unit/scan.tcl, unmodified,
+# against a server with snapshot.serve-native all (issue 26): the tests/
+# directory of the upstream tarball in Debian's source packages (not Debian's
+# patches), Valkey's from sid (for Valkey, Redis 8.x and the Stack) and Redis
+# 7.0's from bookworm (for Redis 7.0), fetched with apt-get source
+# --download-only through a private apt configuration (deb-src lines of its
+# own; the system's sources are never touched) into
+#   $UPSTREAM/valkey/tests   $UPSTREAM/redis/tests   ($UPSTREAM/*/VERSION: the package)
+UPSTREAM="$VENV/upstream-tests"
+fetch_upstream_tests() {
+    local tmp name suite orig
+    tmp=$(mktemp -d -t snapscan-src.XXXXXX)
+    # shellcheck disable=SC2064
+    trap "rm -rf '$tmp' '$LOG'" EXIT
+    mkdir -p "$tmp/lists/partial" "$tmp/cache/archives/partial" "$tmp/src"
+    printf '%s\n' 'deb-src http://deb.debian.org/debian sid main' \
+        'deb-src http://deb.debian.org/debian bookworm main' >"$tmp/sources.list"
+    local opts=(-o "Dir::Etc::sourcelist=$tmp/sources.list" -o "Dir::Etc::sourceparts=-"
+        -o "Dir::State::Lists=$tmp/lists" -o "Dir::Cache=$tmp/cache" -o "APT::Sandbox::User=root")
+    run "apt-get update (private deb-src lists: sid, bookworm)" apt-get "${opts[@]}" update
+    for suite in valkey/sid redis/bookworm; do
+        name=${suite%/*}
+        (cd "$tmp/src" && apt-get "${opts[@]}" source --download-only "$suite") >"$LOG" 2>&1 || {
+            echo "install-deps: apt-get source --download-only $suite failed; last lines of output:" >&2
+            tail -n 40 "$LOG" >&2
+            exit 1
+        }
+        orig=$(ls "$tmp/src/${name}"_*.orig.tar.* 2>/dev/null | head -n 1)
+        [[ -n $orig ]] || die "apt-get source $suite left no upstream tarball"
+        "${SUDO[@]}" rm -rf "$UPSTREAM/$name.new"
+        "${SUDO[@]}" mkdir -p "$UPSTREAM/$name.new"
+        run "unpacking tests/ of ${orig##*/}" "${SUDO[@]}" tar -xf "$orig" -C "$UPSTREAM/$name.new" \
+            --strip-components=1 --exclude='*/deps/*' --wildcards '*/tests/*'
+        [[ -f $UPSTREAM/$name.new/tests/unit/scan.tcl ]] || die "${orig##*/} has no tests/unit/scan.tcl"
+        basename "$orig" | "${SUDO[@]}" tee "$UPSTREAM/$name.new/VERSION" >/dev/null
+        "${SUDO[@]}" rm -rf "${UPSTREAM:?}/$name"
+        "${SUDO[@]}" mv "$UPSTREAM/$name.new" "$UPSTREAM/$name"
+        rm -f "$tmp"/src/*
+    done
+    rm -rf "$tmp"
+    trap 'rm -f "$LOG"' EXIT
+}
+if [[ -f $UPSTREAM/valkey/tests/unit/scan.tcl && -f $UPSTREAM/redis/tests/unit/scan.tcl ]]; then
+    step "upstream test suites: present in $UPSTREAM ($(cat "$UPSTREAM/valkey/VERSION"), $(cat "$UPSTREAM/redis/VERSION"))"
+else
+    step "upstream test suites: fetching Debian's valkey (sid) and redis (bookworm) sources into $UPSTREAM"
+    fetch_upstream_tests
+fi
 
 # ----------------------------------------------------------------- Rust ----
 for comp in rustfmt clippy; do

@@ -194,7 +194,11 @@ impl Target {
                 self.mode.name()
             ));
             if std::fs::copy(s.log_path(), &to).is_ok() {
-                eprintln!("fuzz: node {i} (port {}) log kept in {}", s.port(), to.display());
+                eprintln!(
+                    "fuzz: node {i} (port {}) log kept in {}",
+                    s.port(),
+                    to.display()
+                );
             }
         }
     }

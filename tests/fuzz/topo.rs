@@ -241,10 +241,12 @@ fn atomic(t: &mut Target, op: &Op) -> bool {
             asm.try_start(c, op.from, op.to, op.slot, op.slot)
         };
         when_settled("the atomic migration's start", || match start() {
-            Err(e) if e.to_string().contains("not served by this node") => Err(redis::RedisError::from((
-                redis::ErrorKind::TryAgain,
-                "slot migration in progress (the slot's owner is changing)",
-            ))),
+            Err(e) if e.to_string().contains("not served by this node") => {
+                Err(redis::RedisError::from((
+                    redis::ErrorKind::TryAgain,
+                    "slot migration in progress (the slot's owner is changing)",
+                )))
+            }
             r => r,
         });
     }
