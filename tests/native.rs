@@ -1379,3 +1379,125 @@ fn an_iteration_is_bound_to_its_user() {
     }
     assert_eq!(keys.len(), 3001, "alice's iteration, every key once");
 }
+
+/// A replica of `primary` (the module loaded, the mode never set there:
+/// `CONFIG SET` is not replicated) once it holds the primary's data.
+fn synced_replica(primary: &Server) -> Server {
+    let replica = Server::start_with(ServerOpts::new().replica_of(primary.port()));
+    let (mut p, mut r) = (primary.client(), replica.client());
+    wait_until(
+        "the replica in sync",
+        std::time::Duration::from_secs(20),
+        || {
+            let pi = cmd_str(&mut p, &["INFO", "replication"]);
+            let ri = cmd_str(&mut r, &["INFO", "replication"]);
+            info_field(&ri, "master_link_status").as_deref() == Some("up")
+                && info_field(&pi, "master_repl_offset") == info_field(&ri, "slave_repl_offset")
+        },
+    );
+    replica
+}
+
+/// Item 8 (README rule 8): what a served SCAN expires is the server's own
+/// expiry, as native SCAN's: an `expired` keyspace event for each key, and
+/// the deletion replicated (a replica keeps an expired key until its
+/// primary deletes it).
+#[test]
+fn a_served_scan_expiry_fires_expired_events_and_reaches_the_replica() {
+    let s = server_with("scan");
+    let mut c = s.client();
+    config_set(&mut c, "notify-keyspace-events", "Ex");
+    let _: () = query(&mut c, &["DEBUG", "SET-ACTIVE-EXPIRE", "0"]).unwrap();
+    fill(&mut c, "k:", 1000);
+    let _: () = query(&mut c, &["SET", "foo", "bar", "PX", "1"]).unwrap();
+    let _: () = query(&mut c, &["SET", "zoo", "bar", "PX", "1"]).unwrap();
+    let _: i64 = query(&mut c, &["HSET", "hash", "f", "v"]).unwrap();
+    let _: i64 = query(&mut c, &["PEXPIRE", "hash", "1"]).unwrap();
+    let set_at = server_ms(&mut c);
+    let replica = synced_replica(&s);
+    let mut r = replica.client();
+    wait_until(
+        "the three TTLs to pass",
+        std::time::Duration::from_secs(5),
+        || server_ms(&mut c) > set_at + 2,
+    );
+    assert_eq!(dbsize(&mut r), 1003, "the replica keeps the expired keys");
+    let mut sub = s.client();
+    let mut ps = sub.as_pubsub();
+    ps.subscribe("__keyevent@0__:expired").unwrap();
+    ps.set_read_timeout(Some(std::time::Duration::from_millis(200)))
+        .unwrap();
+    let (keys, _, _) = scan_all(&mut c, &["COUNT", "10"]);
+    assert_eq!(keys.len(), 1000, "the live keys");
+    assert!(served(&mut c, "scan") > 0, "served");
+    let mut events = BTreeSet::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while events.len() < 3 && std::time::Instant::now() < deadline {
+        if let Ok(msg) = ps.get_message() {
+            events.insert(msg.get_payload::<Vec<u8>>().unwrap());
+        }
+    }
+    let want: BTreeSet<Vec<u8>> = [&b"foo"[..], b"hash", b"zoo"]
+        .iter()
+        .map(|k| k.to_vec())
+        .collect();
+    assert_eq!(events, want, "expired events");
+    wait_until(
+        "the deletions to reach the replica",
+        std::time::Duration::from_secs(10),
+        || dbsize(&mut r) == 1000,
+    );
+}
+
+/// Items 3 and 5 (README rule 3) after a real failover: the client goes
+/// on with the cursor the old primary issued on the new one, where the mode
+/// was never set (a replica's CONFIG SET is its own). The cursor restarts
+/// there natively at 0: every key comes back, none skipped, nothing is an
+/// error.
+#[test]
+fn an_iteration_continued_after_a_failover_to_a_node_without_the_mode_restarts() {
+    let s = server_with("all");
+    let mut c = s.client();
+    fill(&mut c, "k:", 3000);
+    let (all, _, _) = scan_all(&mut c, &[]);
+    let replica = synced_replica(&s);
+    let (c1, page): (String, Vec<Vec<u8>>) = query(&mut c, &["SCAN", "0", "COUNT", "100"]).unwrap();
+    assert_eq!(
+        c1.parse::<u64>().map(|n| n >> 52),
+        Ok(1),
+        "an issued cursor: {c1}"
+    );
+    let port = replica.port().to_string();
+    let _: () = query(
+        &mut c,
+        &["FAILOVER", "TO", "127.0.0.1", &port, "TIMEOUT", "10000"],
+    )
+    .unwrap();
+    let mut r = replica.client();
+    wait_until(
+        "the replica promoted",
+        std::time::Duration::from_secs(20),
+        || {
+            info_field(&cmd_str(&mut r, &["INFO", "replication"]), "role").as_deref()
+                == Some("master")
+        },
+    );
+    let mode: Vec<String> = query(&mut r, &["CONFIG", "GET", "snapshot.serve-native"]).unwrap();
+    assert_eq!(mode.get(1).map(String::as_str), Some("none"));
+    let before = info_u64(&mut r, "snapshot_native_scan_restarted");
+    let mut keys: BTreeSet<Vec<u8>> = page.into_iter().collect();
+    let (mut cursor, mut calls) = (c1, 0);
+    while cursor != "0" {
+        let (n, p): (String, Vec<Vec<u8>>) =
+            query(&mut r, &["SCAN", &cursor, "COUNT", "100"]).unwrap();
+        keys.extend(p);
+        cursor = n;
+        calls += 1;
+        assert!(calls < 10_000, "the iteration does not end");
+    }
+    assert_eq!(keys, all, "every key");
+    assert_eq!(
+        info_u64(&mut r, "snapshot_native_scan_restarted"),
+        before + 1
+    );
+}
