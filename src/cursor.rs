@@ -48,7 +48,7 @@
 //! and first letting in any thread waiting for it (the server's main thread
 //! among them).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -80,6 +80,9 @@ pub struct Entry<T> {
     pub db: usize,
     /// Pages already served (1 after the cursor-0 call).
     pub pages: u64,
+    /// When the iteration began (the caller's clock, e.g. Unix ms), for
+    /// the oldest open iteration in [`Stats`]; `None`: not tracked.
+    opened_ms: Option<i64>,
     tick: u64,
     last_used_ms: u64,
     group: Group,
@@ -97,6 +100,8 @@ struct Inner<T> {
     expired: u64,
     /// Open entries per group.
     groups: HashMap<(usize, u64), usize>,
+    /// Open entries by the time they began (those that say).
+    opened: BTreeSet<(i64, u64)>,
     /// Iterations ended by `evict_lru`: their cursors, oldest first.
     tomb_order: VecDeque<u64>,
     /// The same, with the caller's reason for each (see `evict_lru`).
@@ -111,6 +116,9 @@ impl<T> Inner<T> {
     /// Removes `id` from every structure; keeps the group counts true.
     fn unlink(&mut self, id: u64) -> Option<Entry<T>> {
         let e = self.entries.remove(&id)?;
+        if let Some(t) = e.opened_ms {
+            self.opened.remove(&(t, id));
+        }
         self.fresh.remove(&e.tick);
         self.continued.remove(&e.tick);
         if let Some(g) = e.group {
@@ -186,6 +194,19 @@ pub struct Stats {
     pub expired: u64,
     /// Iterations ended by [`Registry::evict_lru`].
     pub evicted_memory: u64,
+    /// The open iteration that began first (of those that say when):
+    /// when it began and the pages it was served.
+    pub oldest: Option<(i64, u64)>,
+}
+
+/// Where an entry goes: its group, database, pages served so far and when
+/// its iteration began (see [`Entry`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Placement {
+    pub group: Group,
+    pub db: usize,
+    pub pages: u64,
+    pub opened_ms: Option<i64>,
 }
 
 const MASK52: u64 = (1 << 52) - 1;
@@ -250,6 +271,7 @@ impl<T> Registry<T> {
                 evicted: 0,
                 expired: 0,
                 groups: HashMap::new(),
+                opened: BTreeSet::new(),
                 tomb_order: VecDeque::new(),
                 tombs: HashMap::new(),
                 evicted_memory: 0,
@@ -330,19 +352,29 @@ impl<T> Registry<T> {
         now_ms: u64,
         max_open: usize,
     ) -> (u64, Vec<T>) {
-        self.insert_in(value, None, db, pages, now_ms, max_open)
+        let at = Placement {
+            group: None,
+            db,
+            pages,
+            opened_ms: None,
+        };
+        self.insert_in(value, at, now_ms, max_open)
     }
 
-    /// [`insert`](Self::insert) of an entry of `group`.
+    /// [`insert`](Self::insert) of an entry placed as `at` says.
     pub fn insert_in(
         &self,
         value: T,
-        group: Group,
-        db: usize,
-        pages: u64,
+        at: Placement,
         now_ms: u64,
         max_open: usize,
     ) -> (u64, Vec<T>) {
+        let Placement {
+            group,
+            db,
+            pages,
+            opened_ms,
+        } = at;
         let mut g = self.lock();
         let inner = &mut *g;
         let mut evicted = Vec::new();
@@ -364,12 +396,16 @@ impl<T> Registry<T> {
         if let Some(g) = group {
             *inner.groups.entry(g).or_insert(0) += 1;
         }
+        if let Some(t) = opened_ms {
+            inner.opened.insert((t, id));
+        }
         inner.entries.insert(
             id,
             Entry {
                 value,
                 db,
                 pages,
+                opened_ms,
                 tick,
                 last_used_ms: now_ms,
                 group,
@@ -414,6 +450,7 @@ impl<T> Registry<T> {
                 value: s.value.clone(),
                 db: s.db,
                 pages: s.pages,
+                opened_ms: None,
                 tick: inner.tick,
                 last_used_ms: now_ms,
                 group: None,
@@ -552,6 +589,10 @@ impl<T> Registry<T> {
             evicted: g.evicted,
             expired: g.expired,
             evicted_memory: g.evicted_memory,
+            oldest: g.opened.first().and_then(|&(t, id)| {
+                let pages = g.entries.get(&id)?.pages;
+                Some((t, pages))
+            }),
         }
     }
 }
@@ -899,12 +940,46 @@ mod tests {
         assert_eq!(r.expire_idle(RETRY_MS + 5, u64::MAX, |_| {}), 0);
     }
 
+    /// A placement in `group` and `db`, one page served, no start time.
+    fn at(group: Group, db: usize) -> Placement {
+        Placement {
+            group,
+            db,
+            pages: 1,
+            opened_ms: None,
+        }
+    }
+
+    #[test]
+    fn the_oldest_open_iteration_is_known_with_its_pages() {
+        let r = Registry::new(17);
+        let place = |pages, opened_ms| Placement {
+            group: None,
+            db: 0,
+            pages,
+            opened_ms: Some(opened_ms),
+        };
+        assert_eq!(r.stats().oldest, None);
+        let (a, _) = r.insert_in('a', place(1, 500), 0, 10);
+        let (_b, _) = r.insert_in('b', place(4, 900), 0, 10);
+        r.insert('u', 0, 1, 0, 10); // says nothing of its start
+        assert_eq!(r.stats().oldest, Some((500, 1)));
+        // Continued: taken, then registered again with its start and pages.
+        let e = r.take(a).expect("a");
+        assert_eq!(r.stats().oldest, Some((900, 4)));
+        r.insert_in(e.value, place(e.pages + 1, 500), 0, 10);
+        assert_eq!(r.stats().oldest, Some((500, 2)));
+        // Ended (evicted, expired): forgotten.
+        assert_eq!(r.expire_idle(1000, 0, drop), 3);
+        assert_eq!(r.stats().oldest, None);
+    }
+
     #[test]
     fn groups_are_counted_as_entries_come_and_go() {
         let r = Registry::new(11);
-        let (a, _) = r.insert_in('a', Some((0, 5)), 0, 1, 0, 3);
-        let (b, _) = r.insert_in('b', Some((0, 5)), 0, 1, 1, 3);
-        let (_c, _) = r.insert_in('c', Some((1, 7)), 1, 1, 2, 3);
+        let (a, _) = r.insert_in('a', at(Some((0, 5)), 0), 0, 3);
+        let (b, _) = r.insert_in('b', at(Some((0, 5)), 0), 1, 3);
+        let (_c, _) = r.insert_in('c', at(Some((1, 7)), 1), 2, 3);
         // (0, 5) is db 0's current version: not a past one.
         assert_eq!(r.groups_except(&[5, 0]), 1);
         assert_eq!(r.groups_except(&[6, 0]), 2);
@@ -914,9 +989,9 @@ mod tests {
         r.take(b);
         assert_eq!(r.groups_except(&[6, 0]), 1);
         // Evicted at the limit, expired and evicted by LRU alike.
-        r.insert_in('d', Some((2, 1)), 2, 1, 3, 3);
-        r.insert_in('e', Some((2, 1)), 2, 1, 4, 3);
-        r.insert_in('f', Some((2, 2)), 2, 1, 5, 3);
+        r.insert_in('d', at(Some((2, 1)), 2), 3, 3);
+        r.insert_in('e', at(Some((2, 1)), 2), 4, 3);
+        r.insert_in('f', at(Some((2, 2)), 2), 5, 3);
         assert_eq!(r.stats().open, 3);
         assert_eq!(r.groups_except(&[]), 2);
         assert_eq!(r.expire_idle(1000, 0, drop), 3);

@@ -80,6 +80,14 @@ fn fill(lock: &ServerLock, ctx: InfoCtx) {
         "retained_index_peak_bytes",
         state::index_peak(m) as u64,
     );
+    // The open SNAPSHOT.SCAN (or served SCAN/KEYS) iteration that began
+    // first: how long ago, and the pages it was served (0 and 0: none).
+    let (age, pages) = c.oldest.map_or((0, 0), |(at, pages)| {
+        let now = crate::server::now_ms();
+        (now.saturating_sub(at).max(0) as u64, pages)
+    });
+    field(ctx, "oldest_iteration_age_ms", age);
+    field(ctx, "oldest_iteration_pages", pages);
     field(ctx, "cursors_evicted", c.evicted);
     field(ctx, "cursors_expired", c.expired);
     field(ctx, "cursors_evicted_memory", c.evicted_memory);

@@ -50,16 +50,25 @@ pub struct ScriptClock {
 /// What a registered iteration shares its memory with.
 pub trait Grouped {
     fn group(&self) -> Group;
+    /// When the iteration began (server clock, Unix ms), if it is one of
+    /// those INFO's oldest iteration counts.
+    fn opened_ms(&self) -> Option<i64>;
 }
 
 impl Grouped for ScanCursor {
     fn group(&self) -> Group {
         Some((self.snap.db, self.snap.version))
     }
+    fn opened_ms(&self) -> Option<i64> {
+        Some(self.snap.at_ms)
+    }
 }
 
 impl Grouped for HashCursor {
     fn group(&self) -> Group {
+        None
+    }
+    fn opened_ms(&self) -> Option<i64> {
         None
     }
 }
@@ -365,12 +374,15 @@ impl Shared {
         db: usize,
         pages: u64,
     ) -> u64 {
-        let group = value.group();
-        let (id, evicted) = cursors.insert_in(
-            value,
-            group,
+        let at = crate::cursor::Placement {
+            group: value.group(),
             db,
             pages,
+            opened_ms: value.opened_ms(),
+        };
+        let (id, evicted) = cursors.insert_in(
+            value,
+            at,
             self.mono_ms(),
             config::get(&self.config.max_open),
         );

@@ -263,3 +263,52 @@ fn a_retry_copy_is_dropped_first_at_the_limit() {
         query(&mut con, &["SNAPSHOT.SCAN", &open, "COUNT", "3"]).unwrap();
     assert_eq!(keys.len(), 3, "the open iteration goes on");
 }
+
+/// README, INFO snapshot: the oldest open iteration's age and pages. A
+/// newer iteration does not replace it; continuing it counts its pages;
+/// ending it leaves the next oldest; none open reads 0 and 0.
+#[test]
+fn info_names_the_oldest_open_iteration() {
+    let server = Server::start();
+    let mut con = server.client();
+    let _: () = query(&mut con, &["DEBUG", "POPULATE", "5000"]).unwrap();
+    indexed(&mut con, 5000);
+    let oldest = |con: &mut Connection| {
+        (
+            info_u64(con, "snapshot_oldest_iteration_age_ms"),
+            info_u64(con, "snapshot_oldest_iteration_pages"),
+        )
+    };
+    assert_eq!(oldest(&mut con), (0, 0), "no iteration open");
+    let page = |con: &mut Connection, cursor: &str| -> String {
+        let (next, _): (String, Vec<Vec<u8>>) =
+            query(con, &["SNAPSHOT.SCAN", cursor, "COUNT", "100"]).unwrap();
+        next
+    };
+    let started = server_ms(&mut con);
+    let first = page(&mut con, "0");
+    wait_until("the first iteration to age", POLL, || {
+        server_ms(&mut con) >= started + 50
+    });
+    let second = page(&mut con, "0");
+    let (age, pages) = oldest(&mut con);
+    assert!(age >= 50, "the first iteration's age: {age} ms");
+    assert_eq!(pages, 1);
+    // Continued twice: the same iteration, three pages.
+    let first = page(&mut con, &first);
+    let first = page(&mut con, &first);
+    let (age2, pages) = oldest(&mut con);
+    assert!(age2 >= age, "{age2} ms after {age} ms");
+    assert_eq!(pages, 3);
+    // Ended (run to its end): the second is the oldest, one page.
+    let mut c = first;
+    while c != "0" {
+        c = page(&mut con, &c);
+    }
+    assert_eq!(oldest(&mut con).1, 1);
+    let mut c = second;
+    while c != "0" {
+        c = page(&mut con, &c);
+    }
+    assert_eq!(oldest(&mut con), (0, 0), "every iteration ended");
+}
