@@ -1277,47 +1277,146 @@ fn a_served_scan_expires_what_it_passes_over(
     );
 }
 
-/// README, rule 8: keyspace statistics of HSCAN answered from a snapshot:
-/// its cursor-0 call counts one or two `keyspace_hits` (more on Redis 7.0),
-/// its continuations none; a native call (a small hash) counts one.
+/// README, rule 8: keyspace statistics and the LRU/LFU touch of HSCAN,
+/// SSCAN and ZSCAN answered from a snapshot: the cursor-0 call counts one
+/// or two `keyspace_hits` (more on Redis 7.0) and touches the key when the
+/// copy is made in one call (not when sliced); its continuations count and
+/// touch nothing; a native call (a small collection) counts one and
+/// touches. (LFU with `lfu-log-factor 0` and no decay: every touch adds
+/// exactly one to `OBJECT FREQ`.)
 #[rstest]
 #[case::copied_at_once(1_000)]
 #[case::sliced(20_000)]
-fn keyspace_hits_of_a_served_hscan(#[case] fields: usize) {
-    let s = server_with("hscan");
+fn keyspace_hits_and_touch_of_a_served_collection_scan(
+    #[values("hscan", "sscan", "zscan")] cmd: &str,
+    #[case] n: usize,
+) {
+    let s = server_with(cmd);
     let mut c = s.client();
-    for start in (0..fields).step_by(1000) {
-        let mut w = redis::cmd("HSET");
-        w.arg("big");
-        for i in start..start + 1000 {
-            w.arg(format!("f{i}")).arg("v");
+    config_set(&mut c, "maxmemory-policy", "allkeys-lfu");
+    config_set(&mut c, "lfu-log-factor", "0");
+    config_set(&mut c, "lfu-decay-time", "0");
+    let add = |c: &mut Connection, key: &str, from: usize, to: usize| {
+        let mut w = redis::cmd(match cmd {
+            "hscan" => "HSET",
+            "sscan" => "SADD",
+            _ => "ZADD",
+        });
+        w.arg(key);
+        for i in from..to {
+            match cmd {
+                "hscan" => w.arg(format!("f{i}")).arg("v"),
+                "sscan" => w.arg(format!("m{i}")),
+                _ => w.arg(i).arg(format!("m{i}")),
+            };
         }
-        let _: i64 = w.query(&mut c).unwrap();
+        let _: i64 = w.query(c).unwrap();
+    };
+    for start in (0..n).step_by(1000) {
+        add(&mut c, "big", start, start + 1000);
     }
-    let _: i64 = query(&mut c, &["HSET", "small", "f", "v"]).unwrap();
+    add(&mut c, "small", 0, 1);
     let hits = |c: &mut Connection| info_section_u64(c, "stats", "keyspace_hits");
+    // OBJECT FREQ counts a hit itself: the figures are read as
+    // (freq, then hits).
+    let freq =
+        |c: &mut Connection, key: &str| -> i64 { query(c, &["OBJECT", "FREQ", key]).unwrap() };
+    let f0 = freq(&mut c, "big");
     let h0 = hits(&mut c);
-    let (cursor, _): (String, Vec<Vec<u8>>) =
-        query(&mut c, &["HSCAN", "big", "0", "COUNT", "10"]).unwrap();
+    let up = cmd.to_uppercase();
+    let (cursor, _): (String, Vec<redis::Value>) =
+        query(&mut c, &[&up, "big", "0", "COUNT", "10"]).unwrap();
     let h1 = hits(&mut c);
-    // Redis 7.0 counts each slice of a copy too (no NOSTATS for modules).
-    let most = if filter_knows_the_client(&s) {
-        2
-    } else {
+    // Redis 7.0 counts each slice of a copy too (no NOSTATS for modules);
+    // a sorted set is copied by ZSCAN calls (COUNT 1000), each a hit: two
+    // or more for 1,000 elements on Redis's dict, as its buckets fall.
+    let most = if !filter_knows_the_client(&s) {
         u64::MAX
+    } else if cmd == "zscan" {
+        1 + (n / 100) as u64
+    } else {
+        2
     };
     assert!(
         (1..=most).contains(&(h1 - h0)),
         "cursor 0: {} hits",
         h1 - h0
     );
-    assert!(served(&mut c, "hscan") == 1, "served from a snapshot");
-    let _: (String, Vec<Vec<u8>>) = query(&mut c, &["HSCAN", "big", &cursor]).unwrap();
+    assert!(served(&mut c, cmd) == 1, "served from a snapshot");
+    let touched = i64::from(n <= 1_000);
+    let f1 = freq(&mut c, "big");
+    assert_eq!(
+        f1,
+        f0 + touched,
+        "cursor 0 touches the key iff copied in one call"
+    );
+    let h1 = hits(&mut c);
+    let _: (String, Vec<redis::Value>) = query(&mut c, &[&up, "big", &cursor]).unwrap();
     assert_eq!(hits(&mut c), h1, "a continuation counts nothing");
-    let _: (String, Vec<Vec<u8>>) = query(&mut c, &["HSCAN", "small", "0"]).unwrap();
+    assert_eq!(freq(&mut c, "big"), f1, "a continuation touches nothing");
+    let fs = freq(&mut c, "small");
+    let h2 = hits(&mut c);
+    let _: (String, Vec<redis::Value>) = query(&mut c, &[&up, "small", "0"]).unwrap();
     // (Redis 7.0 counts the module's size check too.)
     let native = if filter_knows_the_client(&s) { 1 } else { 2 };
-    assert_eq!(hits(&mut c), h1 + native, "a native call counts one");
+    assert_eq!(hits(&mut c), h2 + native, "a native call counts one");
+    assert_eq!(
+        freq(&mut c, "small"),
+        fs + 1,
+        "a native call touches the key"
+    );
+}
+
+/// README, rule 8: a served SCAN expires at most COUNT keys a call, and a
+/// served SCAN or KEYS counts no `keyspace_hits`; a served KEYS leaves the
+/// expired keys in place (as native KEYS), hidden.
+#[test]
+fn served_scan_and_keys_count_no_hits_and_keys_expires_nothing() {
+    let s = server_with("all");
+    let mut c = s.client();
+    let _: () = query(&mut c, &["DEBUG", "SET-ACTIVE-EXPIRE", "0"]).unwrap();
+    fill(&mut c, "k:", 1000);
+    // 300 keys whose TTL passes, before the others in byte order.
+    for i in 0..300 {
+        let _: () = query(&mut c, &["SET", &format!("a:{i:03}"), "v", "PX", "1"]).unwrap();
+    }
+    let set_at = server_ms(&mut c);
+    wait_until(
+        "the TTLs to pass",
+        std::time::Duration::from_secs(5),
+        || server_ms(&mut c) > set_at + 2,
+    );
+    let hits = |c: &mut Connection| info_section_u64(c, "stats", "keyspace_hits");
+    let expired = |c: &mut Connection| info_section_u64(c, "stats", "expired_keys");
+    let (h0, e0) = (hits(&mut c), expired(&mut c));
+    let keys: Vec<Vec<u8>> = query(&mut c, &["KEYS", "*"]).unwrap();
+    assert_eq!(keys.len(), 1000, "KEYS: the live keys");
+    assert!(served(&mut c, "keys") > 0, "KEYS served");
+    assert_eq!(expired(&mut c), e0, "KEYS expires nothing");
+    assert_eq!(
+        dbsize(&mut c),
+        1300,
+        "KEYS leaves the expired keys in place"
+    );
+    let (next, page): (String, Vec<Vec<u8>>) =
+        query(&mut c, &["SCAN", "0", "COUNT", "100"]).unwrap();
+    assert!(served(&mut c, "scan") > 0, "SCAN served");
+    let first = expired(&mut c) - e0;
+    assert!(
+        (1..=100).contains(&first),
+        "the first page expired {first} keys (at most COUNT)"
+    );
+    let mut all: BTreeSet<Vec<u8>> = page.into_iter().collect();
+    let mut cursor = next;
+    while cursor != "0" {
+        let (n, p): (String, Vec<Vec<u8>>) =
+            query(&mut c, &["SCAN", &cursor, "COUNT", "100"]).unwrap();
+        all.extend(p);
+        cursor = n;
+    }
+    assert_eq!(all.len(), 1000, "SCAN: the live keys");
+    assert_eq!(expired(&mut c) - e0, 300, "the iteration expired them all");
+    assert_eq!(hits(&mut c), h0, "served SCAN and KEYS count no hits");
 }
 
 /// Issue 26, item 3: an iteration is bound to the ACL user who opened it.

@@ -19,7 +19,8 @@ pub struct ScanSpec {
     pub budget: usize,
     /// Most keys expired at the walk's instant (and wanted but for that)
     /// the page lists in [`Page::expired`] (0: none), for a served SCAN to
-    /// have the server expire them as native SCAN does.
+    /// have the server expire them as native SCAN does; the page ends at
+    /// the one that reaches it.
     pub expired_max: usize,
     /// Whether those are listed whatever the TYPE filter says (the
     /// pattern and slots still apply), as Redis's SCAN expires them.
@@ -142,7 +143,11 @@ fn walk_in<'a, E: Entries + 'a>(
         } else if expired.len() < spec.expired_max && matching(k, spec.expired_any_type) {
             expired.push(Key::new(k));
         }
-        if keys.len() >= count || examined >= budget {
+        // A page that listed as many expired keys as it may ends there:
+        // the next call goes on from them, so an iteration has the server
+        // expire every expired key it passes, in bounded pages.
+        let expired_full = spec.expired_max > 0 && expired.len() >= spec.expired_max;
+        if keys.len() >= count || examined >= budget || expired_full {
             let last = Key::new(k);
             // More to come only if a next entry exists within the prefix.
             let more = iter
