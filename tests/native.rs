@@ -1600,3 +1600,65 @@ fn an_iteration_continued_after_a_failover_to_a_node_without_the_mode_restarts()
         before + 1
     );
 }
+
+/// Item 3 (README rule 3): an iteration is bound to its database and its
+/// key. A served SCAN sent in database 1 with a cursor opened in database
+/// 0, or an HSCAN of `h2` with `h1`'s cursor, restarts natively there
+/// (counted once) and returns exactly what that database or key holds.
+#[test]
+fn a_cursor_of_another_database_or_key_restarts_natively() {
+    let s = server_with("all");
+    let mut c = s.client();
+    fill(&mut c, "k:", 1500);
+    let (c0, _): (String, Vec<Vec<u8>>) = query(&mut c, &["SCAN", "0", "COUNT", "100"]).unwrap();
+    assert_eq!(c0.parse::<u64>().map(|n| n >> 52), Ok(1), "issued: {c0}");
+    let _: () = query(&mut c, &["SELECT", "1"]).unwrap();
+    fill(&mut c, "d1:", 700);
+    let (db1, _, _) = scan_all(&mut c, &[]);
+    assert_eq!(db1.len(), 700);
+    let before = info_u64(&mut c, "snapshot_native_scan_restarted");
+    let (mut cursor, mut keys, mut calls) = (c0, BTreeSet::new(), 0);
+    while cursor != "0" {
+        let (n, p): (String, Vec<Vec<u8>>) =
+            query(&mut c, &["SCAN", &cursor, "COUNT", "100"]).unwrap();
+        keys.extend(p);
+        cursor = n;
+        calls += 1;
+        assert!(calls < 10_000, "the iteration does not end");
+    }
+    assert_eq!(keys, db1, "database 1's keys, exactly");
+    assert_eq!(
+        info_u64(&mut c, "snapshot_native_scan_restarted"),
+        before + 1
+    );
+    // HSCAN: h1's cursor sent for h2.
+    for (key, prefix) in [("h1", "f"), ("h2", "g")] {
+        for start in (0..2000).step_by(500) {
+            let mut w = redis::cmd("HSET");
+            w.arg(key);
+            for i in start..start + 500 {
+                w.arg(format!("{prefix}{i}")).arg("v");
+            }
+            let _: i64 = w.query(&mut c).unwrap();
+        }
+    }
+    let (h1c, _): (String, Vec<Vec<u8>>) =
+        query(&mut c, &["HSCAN", "h1", "0", "COUNT", "100"]).unwrap();
+    assert_eq!(h1c.parse::<u64>().map(|n| n >> 52), Ok(1), "issued: {h1c}");
+    let before = info_u64(&mut c, "snapshot_native_hscan_restarted");
+    let (mut cursor, mut fields, mut calls) = (h1c, BTreeSet::new(), 0);
+    while cursor != "0" {
+        let (n, p): (String, Vec<Vec<u8>>) =
+            query(&mut c, &["HSCAN", "h2", &cursor, "COUNT", "100"]).unwrap();
+        fields.extend(p.into_iter().step_by(2));
+        cursor = n;
+        calls += 1;
+        assert!(calls < 10_000, "the iteration does not end");
+    }
+    let want: BTreeSet<Vec<u8>> = (0..2000).map(|i| format!("g{i}").into_bytes()).collect();
+    assert_eq!(fields, want, "h2's fields, exactly");
+    assert_eq!(
+        info_u64(&mut c, "snapshot_native_hscan_restarted"),
+        before + 1
+    );
+}

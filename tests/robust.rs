@@ -151,27 +151,47 @@ fn failed_spawns_are_counted_logged_and_retried() {
 // --------------------------------------- 2. the main thread's bounded share
 
 /// Issue 26, item 10: a client the module keeps blocked (a cursor 0 waiting
-/// for the indexer) is counted in `snapshot_blocked_clients` beside the
-/// server's `blocked_clients`, and no longer once it has its reply.
-#[test]
-fn clients_blocked_by_the_module_are_counted_apart() {
+/// for the indexer: `SNAPSHOT.SCAN`, or a `SCAN` served by the mode) is
+/// counted in `snapshot_blocked_clients` beside the server's
+/// `blocked_clients`, and no longer once it has its reply; `CLIENT LIST`
+/// shows it blocked (`flags=b`) in the command it runs.
+#[rstest::rstest]
+#[case::snapshot_scan("none", "SNAPSHOT.SCAN", "snapshot.scan")]
+#[case::served_scan("all", "SCAN", "snapshot.native-scan")]
+fn clients_blocked_by_the_module_are_counted_apart(
+    #[case] mode: &str,
+    #[case] cmd: &str,
+    #[case] listed: &str,
+) {
     use std::io::{Read, Write};
-    let server = start(ServerOpts::new(), None);
+    let server = start(ServerOpts::new().module_args(&["serve-native", mode]), None);
     let mut con = server.client();
     hook(&mut con, &["PAUSE-INDEXER", "1"]);
     let _: Value = query(&mut con, &["DEBUG", "POPULATE", "300000"]).unwrap();
     assert_eq!(info_u64(&mut con, "snapshot_blocked_clients"), 0);
     let mut waiting = std::net::TcpStream::connect(("127.0.0.1", server.port())).unwrap();
     waiting.set_read_timeout(Some(CLIENT_TIMEOUT)).unwrap();
-    waiting
-        .write_all(b"*4\r\n$13\r\nSNAPSHOT.SCAN\r\n$1\r\n0\r\n$5\r\nCOUNT\r\n$1\r\n1\r\n")
-        .unwrap();
+    let request = format!(
+        "*4\r\n${}\r\n{cmd}\r\n$1\r\n0\r\n$5\r\nCOUNT\r\n$1\r\n1\r\n",
+        cmd.len()
+    );
+    waiting.write_all(request.as_bytes()).unwrap();
     wait_until(
         "the call blocked by the module",
         Duration::from_secs(10),
         || info_u64(&mut con, "snapshot_blocked_clients") == 1,
     );
     assert!(info_section_u64(&mut con, "clients", "blocked_clients") >= 1);
+    let list = cmd_str(&mut con, &["CLIENT", "LIST"]);
+    let line = list
+        .lines()
+        .find(|l| l.contains(&format!(" cmd={listed} ")))
+        .unwrap_or_else(|| panic!("no client in {listed}:\n{list}"));
+    let flags = line
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("flags="))
+        .unwrap_or_default();
+    assert!(flags.contains('b'), "blocked: {line}");
     hook(&mut con, &["PAUSE-INDEXER", "0"]);
     let mut first = [0u8; 1];
     waiting.read_exact(&mut first).unwrap();
