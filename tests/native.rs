@@ -1662,3 +1662,37 @@ fn a_cursor_of_another_database_or_key_restarts_natively() {
         before + 1
     );
 }
+
+/// Item 5 (README rule 3) across a real restart: the mode was set by
+/// `CONFIG SET` only, so the restarted node runs without it; the cursor
+/// its previous run issued restarts natively at 0 there: every key comes
+/// back, none skipped, nothing is an error.
+#[test]
+fn an_iteration_continued_after_a_restart_without_the_mode_restarts() {
+    let mut s = Server::start();
+    let all = {
+        let mut c = s.client();
+        config_set(&mut c, "snapshot.serve-native", "all");
+        fill(&mut c, "k:", 3000);
+        scan_all(&mut c, &[]).0
+    };
+    let (c1, page): (String, Vec<Vec<u8>>) =
+        query(&mut s.client(), &["SCAN", "0", "COUNT", "100"]).unwrap();
+    assert_eq!(c1.parse::<u64>().map(|n| n >> 52), Ok(1), "issued: {c1}");
+    s.restart();
+    let mut c = s.client();
+    let mode: Vec<String> = query(&mut c, &["CONFIG", "GET", "snapshot.serve-native"]).unwrap();
+    assert_eq!(mode.get(1).map(String::as_str), Some("none"));
+    let mut keys: BTreeSet<Vec<u8>> = page.into_iter().collect();
+    let (mut cursor, mut calls) = (c1, 0);
+    while cursor != "0" {
+        let (n, p): (String, Vec<Vec<u8>>) =
+            query(&mut c, &["SCAN", &cursor, "COUNT", "100"]).unwrap();
+        keys.extend(p);
+        cursor = n;
+        calls += 1;
+        assert!(calls < 10_000, "the iteration does not end");
+    }
+    assert_eq!(keys, all, "every key");
+    assert_eq!(info_u64(&mut c, "snapshot_native_scan_restarted"), 1);
+}
