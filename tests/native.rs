@@ -1729,3 +1729,49 @@ fn an_iteration_continued_after_a_restart_without_the_mode_restarts() {
     assert_eq!(keys, all, "every key");
     assert_eq!(info_u64(&mut c, "snapshot_native_scan_restarted"), 1);
 }
+
+/// Item 9 (README rule 1): limits raised at load (command line) count as
+/// those set by CONFIG SET, and a set of strings kept as a listpack
+/// (`set-max-listpack-entries`, where the server has it) comes back whole
+/// in one native call too.
+#[test]
+fn compact_limits_given_at_load_and_listpack_sets_are_answered_natively() {
+    let s = Server::start_with(
+        ServerOpts::new()
+            .module_args(&["serve-native", "all"])
+            .config("hash-max-listpack-entries", "4096"),
+    );
+    let mut c = s.client();
+    populate(&mut c, "HSET", "h", 2000, |i| {
+        vec![format!("f{i}"), "v".into()]
+    });
+    let n0 = natively(&mut c, "hscan");
+    let (cursor, items): (String, Vec<Vec<u8>>) = query(&mut c, &["HSCAN", "h", "0"]).unwrap();
+    assert_eq!(
+        (cursor.as_str(), items.len()),
+        ("0", 4000),
+        "whole in one call"
+    );
+    assert_eq!(natively(&mut c, "hscan"), n0 + 1, "answered natively");
+    let has: Vec<String> = query(&mut c, &["CONFIG", "GET", "set-max-listpack-entries"]).unwrap();
+    if has.is_empty() {
+        eprintln!(
+            "{}: no set listpacks, that part skipped",
+            Server::server_name()
+        );
+        return;
+    }
+    config_set(&mut c, "set-max-listpack-entries", "4096");
+    populate(&mut c, "SADD", "s", 2000, |i| vec![format!("m{i}")]);
+    let enc: String = query(&mut c, &["OBJECT", "ENCODING", "s"]).unwrap();
+    assert_eq!(enc, "listpack");
+    let (n0, s0) = (natively(&mut c, "sscan"), served(&mut c, "sscan"));
+    let (cursor, items): (String, Vec<Vec<u8>>) = query(&mut c, &["SSCAN", "s", "0"]).unwrap();
+    assert_eq!(
+        (cursor.as_str(), items.len()),
+        ("0", 2000),
+        "whole in one call"
+    );
+    assert_eq!(natively(&mut c, "sscan"), n0 + 1, "answered natively");
+    assert_eq!(served(&mut c, "sscan"), s0, "not served");
+}
