@@ -46,6 +46,8 @@ pub struct ClientDb {
     /// The transaction being executed, when it queued a `SELECT` and a
     /// command notifying in another database (main thread, server lock).
     plan: LockedCell<Option<Plan>>,
+    /// The last `MOVE`'s `move_from` (main thread, server lock).
+    moves: LockedCell<MovePair>,
     /// Clients in MULTI (rarely touched: only for the few commands that matter).
     txns: Mutex<Txns>,
     /// The server's `databases` (a queued `SELECT` beyond it fails).
@@ -58,6 +60,7 @@ impl Default for ClientDb {
             enabled: AtomicBool::new(false),
             state: LockedCell::new(State::NONE),
             plan: LockedCell::new(None),
+            moves: LockedCell::new(MovePair { from: None }),
             txns: Mutex::new(Txns::default()),
             databases: AtomicU64::new(0),
         }
@@ -282,8 +285,38 @@ pub struct Plan {
     pub client: u64,
     /// The queued `COPY ... DB` and `DEBUG` not yet seen to end.
     pub cmds: VecDeque<CrossCmd>,
-    /// The database of the running `MOVE`'s `move_from` event.
-    pub move_src: Option<u64>,
+}
+
+/// `MOVE` fires `move_from` in its source database right before `move_to`
+/// in its destination, and nothing after: whoever ran it (a client, a
+/// script's own client, inside a transaction or not), `move_to` selects
+/// back on the same client the database `move_from` named. (Its earlier
+/// events in the destination, a lazily expired key or "new", come before
+/// these two and do not matter: MOVE works on its two databases, not the
+/// client's.)
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MovePair {
+    /// The client and database of the last `move_from`.
+    from: Option<(u64, u64)>,
+}
+
+impl MovePair {
+    /// After `event` in database `db` on `client`: the database to select
+    /// back on it, if any.
+    pub fn after_event(&mut self, client: u64, event: &[u8], db: u64) -> Option<u64> {
+        match event {
+            b"move_from" => {
+                self.from = Some((client, db));
+                None
+            }
+            b"move_to" => self
+                .from
+                .take()
+                .filter(|&(c, _)| c == client)
+                .map(|(_, db)| db),
+            _ => None,
+        }
+    }
 }
 
 impl Plan {
@@ -291,12 +324,7 @@ impl Plan {
     /// while the plan's client runs `cmd` (the server selected `db` on
     /// it): the database to select back, if any.
     ///
-    /// - `MOVE` fires `move_from` in its source database, then `move_to`
-    ///   in the destination, and nothing after: `move_to` selects back the
-    ///   database `move_from` named. (Its earlier events in the
-    ///   destination, a lazily expired key or "new", come before these two
-    ///   and do not matter: MOVE works on its two databases, not the
-    ///   client's.)
+    /// - `MOVE`: see [`MovePair`], for every client.
     /// - `COPY ... DB`: the database it started from, that of the first
     ///   queued `COPY` to `key` in `db` whose source key `exists` there
     ///   (a COPY before it to the same key fired nothing: it failed, its
@@ -313,16 +341,6 @@ impl Plan {
         (key, db): (&[u8], u64),
         exists: &mut dyn FnMut(u64, &[u8]) -> bool,
     ) -> Option<u64> {
-        if cmd.eq_ignore_ascii_case(b"move") {
-            return match event {
-                b"move_from" => {
-                    self.move_src = Some(db);
-                    None
-                }
-                b"move_to" => self.move_src.take(),
-                _ => None,
-            };
-        }
         let at = if cmd.eq_ignore_ascii_case(b"copy") {
             self.cmds.iter().position(|c| {
                 c.kind == CrossKind::Copy
@@ -442,7 +460,6 @@ impl Tracker<'_> {
                             self.plan = Some(Plan {
                                 client: id,
                                 cmds: q.cmds.into(),
-                                move_src: None,
                             });
                         }
                         false
@@ -543,6 +560,15 @@ impl Drop for RestoreDb<'_> {
         let s = self.db.state.get(self.lock);
         if s.client != 0 {
             raw_clientdb::select_back(self.ctx, s.client, s.db as usize);
+        }
+        let event = event_name(self.event);
+        if matches!(event, b"move_from" | b"move_to") {
+            let mut moves = self.db.moves.get(self.lock);
+            let client = raw_clientdb::client_of(self.ctx);
+            if let Some(db) = moves.after_event(client, event, self.event_db as u64) {
+                raw_clientdb::select_back(self.ctx, client, db as usize);
+            }
+            self.db.moves.replace(self.lock, moves);
         }
     }
 }
@@ -753,7 +779,6 @@ mod tests {
         let mut p = Plan {
             client: 7,
             cmds: VecDeque::from([copy(1, "a", "b"), copy(3, "a", "b"), copy(5, "c", "d")]),
-            move_src: None,
         };
         // Source keys: `a` in databases 1 and 3, `c` in 5.
         let mut exists = |db: u64, k: &[u8]| matches!((db, k), (1 | 3, b"a") | (5, b"c"));
@@ -766,10 +791,8 @@ mod tests {
         };
         // Another command's event: its own database, nothing to do.
         assert_eq!(ev(&mut p, "set", "set", "a", 1), None);
-        // A MOVE: back where move_from fired.
-        assert_eq!(ev(&mut p, "move", "new", "m", 4), None);
-        assert_eq!(ev(&mut p, "move", "move_from", "m", 2), None);
-        assert_eq!(ev(&mut p, "move", "move_to", "m", 4), Some(2));
+        // A MOVE: its own pair (MovePair).
+        assert_eq!(ev(&mut p, "move", "move_to", "m", 4), None);
         // The first COPY of a to b: an event in its source database, then
         // its new and copy_to events.
         assert_eq!(ev(&mut p, "copy", "expired", "a", 1), None);
@@ -783,12 +806,24 @@ mod tests {
     }
 
     #[test]
+    fn a_move_goes_back_where_its_move_from_fired() {
+        let mut m = MovePair::default();
+        // Client 7 (a script's own, say): new in 4, move_from in 2, move_to in 4.
+        assert_eq!(m.after_event(7, b"new", 4), None);
+        assert_eq!(m.after_event(7, b"move_from", 2), None);
+        assert_eq!(m.after_event(7, b"move_to", 4), Some(2));
+        // Once only; another client's move_to is not this pair's.
+        assert_eq!(m.after_event(7, b"move_to", 4), None);
+        assert_eq!(m.after_event(7, b"move_from", 1), None);
+        assert_eq!(m.after_event(8, b"move_to", 3), None);
+    }
+
+    #[test]
     fn a_copy_whose_source_is_missing_failed() {
         // COPY x y DB 0 from database 0 (no x there: fails), then from 3.
         let mut p = Plan {
             client: 7,
             cmds: VecDeque::from([copy(0, "x", "y"), copy(3, "x", "y")]),
-            move_src: None,
         };
         let mut exists = |db: u64, k: &[u8]| db == 3 && k == b"x";
         let at = (&b"y"[..], 0);

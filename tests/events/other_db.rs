@@ -63,6 +63,16 @@ fn client_db_survives_cross_db_notifications(#[case] script: &str, #[case] expec
     "MULTI; SELECT 3; SET a 1; DEBUG RELOAD; SET b 1; SELECT 0; SET c 1; EXEC",
     "0: @bg0 c; 3: @bg3 a b"
 )]
+// A script's MOVE inside a transaction: the script's own client goes back
+// to its database (on Valkey 8.1 `inscript` landed in db 5, the MOVE's).
+#[case::multi_eval_move(
+    "SELECT 3; SET a 1; SELECT 0; MULTI; SELECT 3; EVAL \"redis.call('MOVE','a','5'); return redis.call('SET','inscript','1')\" 0; SET after 1; EXEC",
+    "0: @bg0; 3: @bg3 inscript after; 5: a"
+)]
+#[case::multi_eval_move_no_select(
+    "MULTI; SET a 1; EVAL \"redis.call('MOVE','a','5'); return redis.call('SET','inscript','1')\" 0; SET after 1; EXEC",
+    "0: @bg0 inscript after; 5: a"
+)]
 fn multi_exec_cross_db_commands(#[case] script: &str, #[case] expect: &str) {
     let expect = parse_expect(expect);
     let (_server, mut con, mut chk) = server_with_bg();
