@@ -418,13 +418,26 @@ impl Tracker<'_> {
             }
             s.in_script = false;
         }
+        // A script's own command (a client the server does not list) run
+        // by the remembered client's EXEC leaves the record alone: the
+        // EXEC's later commands still need their database back. (Looked up
+        // only while a client is remembered.)
+        let inside = |s: &State, cmd: &dyn Command| {
+            s.client != 0
+                && cmd.client_id() != s.client
+                && cmd.client_state(cmd.client_id()).is_none()
+        };
         if k == Kind::Other {
-            s.client = 0;
+            if !inside(s, cmd) {
+                s.client = 0;
+            }
             return;
         }
         let id = cmd.client_id();
         let Some((db, in_multi)) = cmd.client_state(id) else {
-            s.client = 0;
+            if !inside(s, cmd) {
+                s.client = 0;
+            }
             return;
         };
         let remember = match k {
@@ -833,6 +846,28 @@ mod tests {
             Some(3)
         );
         assert!(p.cmds.is_empty());
+    }
+
+    #[test]
+    fn a_scripts_commands_inside_exec_keep_the_exec_clients_record() {
+        // 7 runs MULTI; EVAL ...; COPY a b DB 2; EXEC on database 1; 9 is
+        // the script's own client (not listed), 8 another connection.
+        let clients = HashMap::from([(7, (1, true)), (8, (0, false))]);
+        assert_eq!(
+            run(
+                &clients,
+                &[
+                    (7, "EVAL s 0"),
+                    (7, "COPY a b DB 2"),
+                    (7, "EXEC"),
+                    (9, "INCR k"),
+                    (9, "SELECT 4"),
+                    (9, "MOVE k 3"),
+                    (8, "GET x")
+                ]
+            ),
+            [(0, 0), (0, 0), (7, 1), (7, 1), (7, 1), (7, 1), (0, 1)]
+        );
     }
 
     #[test]

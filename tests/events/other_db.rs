@@ -73,6 +73,14 @@ fn client_db_survives_cross_db_notifications(#[case] script: &str, #[case] expec
     "MULTI; SET a 1; EVAL \"redis.call('MOVE','a','5'); return redis.call('SET','inscript','1')\" 0; SET after 1; EXEC",
     "0: @bg0 inscript after; 5: a"
 )]
+// A script in the transaction before its COPY ... DB: the script's own
+// commands made the module forget the EXEC's client, which stayed on the
+// COPY's destination (`after` in db 3; a replica diverged: issue 24, fuzz
+// valkey-8.1 replica seed 7005).
+#[case::multi_eval_then_copy_db(
+    "SET a 1; MULTI; EVAL \"return redis.call('INCR','n')\" 0; COPY a b DB 3 REPLACE; SET after 1; EXEC; SET later 1",
+    "0: @bg0 a n after later; 3: @bg3 b"
+)]
 fn multi_exec_cross_db_commands(#[case] script: &str, #[case] expect: &str) {
     let expect = parse_expect(expect);
     let (_server, mut con, mut chk) = server_with_bg();
@@ -109,9 +117,10 @@ fn replica_follows_a_transaction_that_selects() {
     let (primary, mut p, mut pchk) = server_with_bg();
     let (_replica, mut r) = start_replica(&primary);
     let dbs = [0, 3, 5];
-    let script = "SELECT 5; MULTI; SELECT 3; SET a 1; COPY a c DB 0; SET b 2; MOVE a 0; SET d 3; EXEC; SET f 1; SELECT 5; SET g 1";
+    let script = "SELECT 5; MULTI; SELECT 3; SET a 1; COPY a c DB 0; SET b 2; MOVE a 0; SET d 3; EXEC; SET f 1; SELECT 5; SET g 1; \
+                  MULTI; EVAL \"return redis.call('INCR','n')\" 0; COPY g h DB 3; SET i 1; EXEC; SET j 1";
     assert!(run_script(&mut p, &mut pchk, script, &dbs, true));
-    let expect = parse_expect("0: @bg0 c a; 3: @bg3 b d f; 5: g");
+    let expect = parse_expect("0: @bg0 c a; 3: @bg3 b d f h; 5: g n i j");
     assert_keyspace(&mut pchk, &expect, "primary");
     wait_until("the replica to catch up", WAIT, || {
         repl_offset(&mut r) == repl_offset(&mut pchk)
