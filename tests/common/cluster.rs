@@ -693,7 +693,7 @@ impl Asm {
     }
 
     /// Whether a listed state is a finished migration's.
-    fn finished(state: &str) -> bool {
+    pub fn finished(state: &str) -> bool {
         ["canceled", "cancelled", "failed", "completed", "success"].contains(&state)
     }
 

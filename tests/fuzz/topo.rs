@@ -154,29 +154,49 @@ pub fn run(t: &mut Target, op: &Op) -> bool {
 
 fn reshard(t: &mut Target, op: &Op) {
     let slot = op.slot.to_string();
-    let (from_id, to_id, to_port) = {
-        let c = t.cluster().expect("a cluster");
-        (
-            c.id(op.from).to_string(),
-            c.id(op.to).to_string(),
-            c.nodes[op.to].port().to_string(),
-        )
-    };
+    let mut op = op.clone();
     {
         let c = t.cluster().expect("a cluster");
-        when_settled("IMPORTING", || {
-            q(
-                &c.nodes[op.to],
-                &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id],
-            )
-        });
-        when_settled("MIGRATING", || {
-            q(
+        // The owner as every node sees it at each try: an atomic migration
+        // of the slot finishing late (a cancel that did not land) may move
+        // it under the harness (Valkey 9.1: "I'm not the owner of hash
+        // slot ..."); the import mark is then undone and set again.
+        let deadline = std::time::Instant::now() + TOPOLOGY_TIMEOUT;
+        loop {
+            let from = c.agreed_owner(op.slot);
+            if from == op.to {
+                op.to = (from + 1) % 3;
+            }
+            op.from = from;
+            let (from_id, to_id) = (c.id(op.from).to_string(), c.id(op.to).to_string());
+            when_settled("IMPORTING", || {
+                q(
+                    &c.nodes[op.to],
+                    &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id],
+                )
+            });
+            match q(
                 &c.nodes[op.from],
                 &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id],
-            )
-        });
+            ) {
+                Ok(_) => break,
+                Err(e) if std::time::Instant::now() < deadline => {
+                    let text = e.to_string().to_lowercase();
+                    if !text.contains("not the owner") && !winding_down(&text) {
+                        panic!("MIGRATING: {e}");
+                    }
+                    let _ = q(&c.nodes[op.to], &["CLUSTER", "SETSLOT", &slot, "STABLE"]);
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) => panic!("MIGRATING: {e}"),
+            }
+        }
     }
+    let op = &op;
+    let (to_id, to_port) = {
+        let c = t.cluster().expect("a cluster");
+        (c.id(op.to).to_string(), c.nodes[op.to].port().to_string())
+    };
     write_stage(t, op, 0);
     for round in 0..200 {
         let keys: Vec<Vec<u8>> = {
@@ -226,7 +246,21 @@ fn atomic(t: &mut Target, op: &Op) -> bool {
         // migration the former owner may still be named somewhere, and the
         // new one refuses to migrate the slot until its import is done
         // (Valkey 9.1: "Slots are not served by this node").
+        let mut tries = 0;
         let mut start = || {
+            // A try the server refused may have started it all the same
+            // (Valkey 9.1: the next one is told "I am already migrating
+            // slot ..."): an active migration of the slot after a try of
+            // ours is that one.
+            if tries > 0 {
+                let from = c.agreed_owner(op.slot);
+                let active = asm.states(&c.nodes[from], &range);
+                if active.iter().any(|s| !Asm::finished(s)) {
+                    op.from = from;
+                    return Ok(Value::Okay);
+                }
+            }
+            tries += 1;
             let from = c.agreed_owner(op.slot);
             if from == op.to {
                 op.to = (from + 1) % 3;
