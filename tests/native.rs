@@ -60,6 +60,21 @@ fn scan_all(con: &mut Connection, extra: &[&str]) -> (BTreeSet<Vec<u8>>, usize, 
     }
 }
 
+/// Goes on with `SCAN cursor COUNT 100` to cursor 0 (bounded): the keys
+/// returned.
+fn scan_from(con: &mut Connection, cursor: String) -> BTreeSet<Vec<u8>> {
+    let (mut cursor, mut keys, mut calls) = (cursor, BTreeSet::new(), 0);
+    while cursor != "0" {
+        let (n, p): (String, Vec<Vec<u8>>) =
+            query(con, &["SCAN", &cursor, "COUNT", "100"]).unwrap();
+        keys.extend(p);
+        cursor = n;
+        calls += 1;
+        assert!(calls < 10_000, "the iteration does not end");
+    }
+    keys
+}
+
 fn served(con: &mut Connection, cmd: &str) -> u64 {
     info_u64(con, &format!("snapshot_native_{cmd}_served"))
 }
@@ -224,17 +239,7 @@ fn a_lost_iteration_restarts_natively_and_ends(#[case] expire: bool) {
         (ISSUED + 12345).to_string()
     };
     let before = info_u64(&mut c, "snapshot_native_scan_restarted");
-    let mut keys = BTreeSet::new();
-    let mut cursor = cursor;
-    let mut calls = 0;
-    while cursor != "0" {
-        let (n, p): (String, Vec<Vec<u8>>) =
-            query(&mut c, &["SCAN", &cursor, "COUNT", "100"]).unwrap();
-        keys.extend(p);
-        cursor = n;
-        calls += 1;
-        assert!(calls < 10_000, "the iteration does not end");
-    }
+    let keys = scan_from(&mut c, cursor);
     assert_eq!(keys, all, "every key that existed throughout");
     assert_eq!(
         info_u64(&mut c, "snapshot_native_scan_restarted"),
@@ -1618,15 +1623,7 @@ fn an_iteration_continued_after_a_failover_to_a_node_without_the_mode_restarts()
     assert_eq!(mode.get(1).map(String::as_str), Some("none"));
     let before = info_u64(&mut r, "snapshot_native_scan_restarted");
     let mut keys: BTreeSet<Vec<u8>> = page.into_iter().collect();
-    let (mut cursor, mut calls) = (c1, 0);
-    while cursor != "0" {
-        let (n, p): (String, Vec<Vec<u8>>) =
-            query(&mut r, &["SCAN", &cursor, "COUNT", "100"]).unwrap();
-        keys.extend(p);
-        cursor = n;
-        calls += 1;
-        assert!(calls < 10_000, "the iteration does not end");
-    }
+    keys.extend(scan_from(&mut r, c1));
     assert_eq!(keys, all, "every key");
     assert_eq!(
         info_u64(&mut r, "snapshot_native_scan_restarted"),
@@ -1650,15 +1647,7 @@ fn a_cursor_of_another_database_or_key_restarts_natively() {
     let (db1, _, _) = scan_all(&mut c, &[]);
     assert_eq!(db1.len(), 700);
     let before = info_u64(&mut c, "snapshot_native_scan_restarted");
-    let (mut cursor, mut keys, mut calls) = (c0, BTreeSet::new(), 0);
-    while cursor != "0" {
-        let (n, p): (String, Vec<Vec<u8>>) =
-            query(&mut c, &["SCAN", &cursor, "COUNT", "100"]).unwrap();
-        keys.extend(p);
-        cursor = n;
-        calls += 1;
-        assert!(calls < 10_000, "the iteration does not end");
-    }
+    let keys = scan_from(&mut c, c0);
     assert_eq!(keys, db1, "database 1's keys, exactly");
     assert_eq!(
         info_u64(&mut c, "snapshot_native_scan_restarted"),
@@ -1717,15 +1706,7 @@ fn an_iteration_continued_after_a_restart_without_the_mode_restarts() {
     let mode: Vec<String> = query(&mut c, &["CONFIG", "GET", "snapshot.serve-native"]).unwrap();
     assert_eq!(mode.get(1).map(String::as_str), Some("none"));
     let mut keys: BTreeSet<Vec<u8>> = page.into_iter().collect();
-    let (mut cursor, mut calls) = (c1, 0);
-    while cursor != "0" {
-        let (n, p): (String, Vec<Vec<u8>>) =
-            query(&mut c, &["SCAN", &cursor, "COUNT", "100"]).unwrap();
-        keys.extend(p);
-        cursor = n;
-        calls += 1;
-        assert!(calls < 10_000, "the iteration does not end");
-    }
+    keys.extend(scan_from(&mut c, c1));
     assert_eq!(keys, all, "every key");
     assert_eq!(info_u64(&mut c, "snapshot_native_scan_restarted"), 1);
 }

@@ -631,6 +631,14 @@ mod tests {
     /// Runs `(client id, command)` steps through one tracker; returns the
     /// client and database to restore after each.
     fn run(clients: &HashMap<u64, (u64, bool)>, steps: &[(u64, &str)]) -> Vec<(u64, u64)> {
+        run_with_plan(clients, steps).0
+    }
+
+    /// [`run`], and the plan after the last step.
+    fn run_with_plan(
+        clients: &HashMap<u64, (u64, bool)>,
+        steps: &[(u64, &str)],
+    ) -> (Vec<(u64, u64)>, Option<Plan>) {
         let mut txns = Txns::default();
         let mut with = |f: &mut dyn FnMut(&mut Txns) -> bool| f(&mut txns);
         let mut t = Tracker {
@@ -639,7 +647,7 @@ mod tests {
             databases: 16,
             txns: &mut with,
         };
-        steps
+        let after = steps
             .iter()
             .map(|(id, cmd)| {
                 let args: Vec<&[u8]> = cmd.split(' ').map(str::as_bytes).collect();
@@ -650,7 +658,8 @@ mod tests {
                 });
                 (t.state.client, t.state.db)
             })
-            .collect()
+            .collect();
+        (after, t.plan)
     }
 
     #[test]
@@ -703,23 +712,7 @@ mod tests {
 
     /// Runs `steps` through one tracker; the plan after the last.
     fn plan_after(clients: &HashMap<u64, (u64, bool)>, steps: &[(u64, &str)]) -> Option<Plan> {
-        let mut txns = Txns::default();
-        let mut with = |f: &mut dyn FnMut(&mut Txns) -> bool| f(&mut txns);
-        let mut t = Tracker {
-            state: State::NONE,
-            plan: None,
-            databases: 16,
-            txns: &mut with,
-        };
-        for (id, cmd) in steps {
-            let args: Vec<&[u8]> = cmd.split(' ').map(str::as_bytes).collect();
-            t.on_command(&Cmd {
-                args,
-                id: *id,
-                clients,
-            });
-        }
-        t.plan
+        run_with_plan(clients, steps).1
     }
 
     fn copy(src: u64, from: &str, to: &str) -> CrossCmd {
