@@ -260,7 +260,7 @@ impl Queued {
                 } else if name.eq_ignore_ascii_case(b"debug") {
                     (CrossKind::Debug, self.db)
                 } else {
-                    return; // MOVE: see Plan::after_event
+                    return; // MOVE: see MovePair
                 };
                 if self.cmds.len() >= MAX_QUEUED {
                     self.overflow = true;
