@@ -1381,13 +1381,20 @@ fn keyspace_hits_and_touch_of_a_served_collection_scan(
         h1 - h0
     );
     assert!(served(&mut c, cmd) == 1, "served from a snapshot");
-    let touched = i64::from(n <= 1_000);
+    // Copied in one call: touched (a sorted set once per ZSCAN call of
+    // the copy, as it counts hits); sliced: not touched.
     let f1 = freq(&mut c, "big");
-    assert_eq!(
-        f1,
-        f0 + touched,
-        "cursor 0 touches the key iff copied in one call"
-    );
+    let touches = f1 - f0;
+    if n > 1_000 {
+        assert_eq!(touches, 0, "a sliced copy touches nothing");
+    } else if cmd == "zscan" {
+        assert!(
+            (1..=1 + (n / 100) as i64).contains(&touches),
+            "cursor 0 touched the key {touches} times"
+        );
+    } else {
+        assert_eq!(touches, 1, "cursor 0 touches the key once");
+    }
     let h1 = hits(&mut c);
     let _: (String, Vec<redis::Value>) = query(&mut c, &[&up, "big", &cursor]).unwrap();
     assert_eq!(hits(&mut c), h1, "a continuation counts nothing");

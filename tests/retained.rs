@@ -285,10 +285,11 @@ fn info_names_the_oldest_open_iteration() {
             query(con, &["SNAPSHOT.SCAN", cursor, "COUNT", "100"]).unwrap();
         next
     };
-    let started = server_ms(&mut con);
     let first = page(&mut con, "0");
+    // After the cursor-0 call: it began no later.
+    let started = server_ms(&mut con);
     wait_until("the first iteration to age", POLL, || {
-        server_ms(&mut con) >= started + 50
+        server_ms(&mut con) >= started + 60
     });
     let second = page(&mut con, "0");
     let (age, pages) = oldest(&mut con);
