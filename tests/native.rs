@@ -1535,8 +1535,10 @@ fn synced_replica(primary: &Server) -> Server {
         || {
             let pi = cmd_str(&mut p, &["INFO", "replication"]);
             let ri = cmd_str(&mut r, &["INFO", "replication"]);
+            // (The primary's view too: FAILOVER wants the replica online.)
             info_field(&ri, "master_link_status").as_deref() == Some("up")
                 && info_field(&pi, "master_repl_offset") == info_field(&ri, "slave_repl_offset")
+                && pi.contains("state=online")
         },
     );
     replica
