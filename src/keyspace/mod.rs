@@ -60,7 +60,10 @@ pub fn subscribe(ctx: Ctx, ks: &Keyspace, routes: Routes) -> Result<(), String> 
     // Cluster mode where keys are looked up per slot: pending keys are
     // read within their execution unit (tracking::park).
     let per_unit = crate::server::host::cluster_mode(ctx) && ks.subscriptions.has_post_jobs();
-    ks.tracking.init(per_unit)?;
+    // A server without side-effect-free opens: "expire" events are read
+    // after their command (tracking::on_keyspace_event).
+    let defer_expire = !crate::server::expiry::supported();
+    ks.tracking.init(per_unit, defer_expire)?;
     let asm = cluster::module_options(ctx) != 0;
     ks.subscriptions.subscribe(ctx, routes, asm)
 }

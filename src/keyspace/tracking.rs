@@ -58,10 +58,38 @@ struct Pending {
     /// first (the "expire" of a SET ... EX then reads it once, and the key
     /// is logged once, with its expiry) or a `Key` event deletes it.
     plain: bool,
+    /// Parked by an "expire" event on a server that cannot open a key
+    /// without expiring it (see `on_keyspace_event`): `existed` is about
+    /// the command that parked it, maybe an earlier one, and the key's
+    /// expiry is unknown until it is read.
+    unread_expiry: bool,
     /// [`Shared::bulk_ops`] when parked: a flush, swap or slot purge
     /// recorded since (which change keys without an event about each)
     /// turns a `plain` park into a read.
     bulk_at: u64,
+}
+
+impl Pending {
+    /// The key of the running event, parked to be read later: its copy if
+    /// it was pending (else one is made from `name`), and the server's
+    /// string `held` for that read.
+    fn to_read(
+        db: usize,
+        (owned, name, server_name): (Option<Key>, &[u8], *mut raw::RedisModuleString),
+        hash: u64,
+        (existed, unread_expiry): (bool, bool),
+    ) -> Self {
+        Pending {
+            db,
+            key: owned.unwrap_or_else(|| Key::new(name)),
+            hash,
+            existed,
+            held: server::HeldString::hold(server_name),
+            plain: false,
+            unread_expiry,
+            bulk_at: 0,
+        }
+    }
 }
 
 /// The tracking's state (a field of `keyspace::Keyspace`).
@@ -78,6 +106,10 @@ pub struct Tracking {
     /// post-notification jobs: a pending key is read by the end of the
     /// execution unit that parked it (see [`park`]). Set at OnLoad.
     per_unit: AtomicBool,
+    /// The server cannot open a key without expiring it (no `NOEXPIRE`:
+    /// Redis 7.0): the key of an "expire" event is parked, not read (see
+    /// `on_keyspace_event`). Set at OnLoad.
+    defer_expire: AtomicBool,
     /// A settle job is scheduled (see [`on_settle_job`]).
     job: LockedCell<bool>,
 }
@@ -85,11 +117,12 @@ pub struct Tracking {
 impl Tracking {
     /// Makes the context that reads pending keys and keys of MOVE/COPY in
     /// any database (OnLoad).
-    /// `per_unit`: see the field.
-    pub fn init(&self, per_unit: bool) -> Result<(), String> {
+    /// `per_unit`, `defer_expire`: see the fields.
+    pub fn init(&self, per_unit: bool, defer_expire: bool) -> Result<(), String> {
         let probe = Detached::new().ok_or("no thread-safe context")?;
         *self.probe.lock().unwrap_or_else(|e| e.into_inner()) = Some(probe);
         self.per_unit.store(per_unit, Ordering::Relaxed);
+        self.defer_expire.store(defer_expire, Ordering::Relaxed);
         Ok(())
     }
 
@@ -187,6 +220,7 @@ fn read_pending(
         held,
         plain,
         bulk_at,
+        ..
     } = p;
     if plain && bulk_at == m.bulk_ops() {
         let truth = Some(Meta::plain(crate::index::meta::STRING));
@@ -232,6 +266,8 @@ struct Claim {
     hash: u64,
     /// Whether the key existed before the command that fired the event.
     existed: bool,
+    /// The pending key's `unread_expiry`.
+    unread_expiry: bool,
 }
 
 /// Whether a notification of this name may come from a command acting on
@@ -267,6 +303,7 @@ fn claim_pending(
             key: None,
             hash: m.prefetch_truth(db, name),
             existed: true,
+            unread_expiry: false,
         };
     };
     if p.db == db && p.key.as_bytes() == name {
@@ -274,6 +311,7 @@ fn claim_pending(
             key: Some(p.key),
             hash: p.hash,
             existed: p.existed,
+            unread_expiry: p.unread_expiry,
         };
     }
     let hash = m.prefetch_truth(db, name);
@@ -288,6 +326,7 @@ fn claim_pending(
             key: None,
             hash,
             existed: true,
+            unread_expiry: false,
         };
     }
     let here = (!maybe_other_db(event)).then_some((ctx, db));
@@ -296,6 +335,7 @@ fn claim_pending(
         key: None,
         hash,
         existed: true,
+        unread_expiry: false,
     }
 }
 
@@ -427,6 +467,7 @@ pub fn on_keyspace_event(
         key: owned,
         hash,
         existed,
+        unread_expiry,
     } = claim_pending(lock, m, &ks.tracking, (ctx, db), (name, event));
     if new {
         m.watches.bump(db, name);
@@ -438,6 +479,7 @@ pub fn on_keyspace_event(
             existed: false,
             held: None,
             plain: false,
+            unread_expiry: false,
             bulk_at: 0,
         };
         return park(lock, m, ks, ctx, p);
@@ -467,7 +509,7 @@ pub fn on_keyspace_event(
         // for both events (or by the next event, or before the index is
         // read, when the SET carried no expiry).
         b"set" if type_ == raw::REDISMODULE_NOTIFY_STRING as c_int => match owned {
-            Some(k) if !existed => {
+            Some(k) if !existed && !unread_expiry => {
                 let p = Pending {
                     db,
                     key: k,
@@ -475,26 +517,30 @@ pub fn on_keyspace_event(
                     existed: false,
                     held: None,
                     plain: true,
+                    unread_expiry: false,
                     bulk_at: m.bulk_ops(),
                 };
                 park(lock, m, ks, ctx, p);
             }
-            _ if m.skip_if_plain_h(lock, hash) => {}
+            _ if existed && m.skip_if_plain_h(lock, hash) => {}
             k => {
-                let held = server::HeldString::hold(key);
-                let key = k.unwrap_or_else(|| Key::new(name));
-                let p = Pending {
-                    db,
-                    key,
-                    hash,
-                    existed: true,
-                    held,
-                    plain: false,
-                    bulk_at: 0,
-                };
+                let p = Pending::to_read(db, (k, name, key), hash, (existed, unread_expiry));
                 park(lock, m, ks, ctx, p);
             }
         },
+        // A server that cannot open a key without expiring it (Redis 7.0):
+        // an "expire" event may give the key an expiry already passed at
+        // the command's time (SET ... PXAT <past>, which the server keeps
+        // until it expires it). Read now, the key would be deleted and its
+        // DEL propagated ahead of the command that wrote it, so a replica
+        // would keep the key for good (issue 24, fuzz redis-7.0 replica
+        // seed 400000). Parked like a SET: read once this command is over
+        // (at the next event, or before the index is read), when the
+        // server's own lazy expiry propagates after it.
+        b"expire" if ks.tracking.defer_expire.load(Ordering::Relaxed) => {
+            let p = Pending::to_read(db, (owned, name, key), hash, (existed, true));
+            park(lock, m, ks, ctx, p);
+        }
         _ => {
             let found = keys::probe(ctx, key, &m.named_types);
             record(lock, m, db, (name, owned), hash, found, existed)
