@@ -581,6 +581,17 @@ impl<T> Registry<T> {
         (g.entries.is_empty() && g.spent.is_empty()).then(f)
     }
 
+    /// At most `n` open iterations, those that began first (of those that
+    /// say when), oldest first: when each began, and `f` of its entry.
+    pub fn oldest_open<R>(&self, n: usize, f: impl Fn(&Entry<T>) -> R) -> Vec<(i64, R)> {
+        let g = self.lock();
+        g.opened
+            .iter()
+            .filter_map(|&(t, id)| Some((t, f(g.entries.get(&id)?))))
+            .take(n)
+            .collect()
+    }
+
     pub fn stats(&self) -> Stats {
         let g = self.lock();
         Stats {

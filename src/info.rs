@@ -1,4 +1,4 @@
-//! The `snapshot` INFO section.
+//! The `snapshot` and `snapshot_iterations` INFO sections.
 
 use crate::keyspace::backfill;
 use crate::server::entry::{info, Info};
@@ -30,9 +30,40 @@ fn fill(lock: &ServerLock, ctx: InfoCtx) {
     let Some(m) = crate::module::try_get() else {
         return;
     };
-    if !ffi_info::add_module_section(ctx) {
-        return; // section not requested
+    // Each section only when requested.
+    if ffi_info::add_module_section(ctx) {
+        fill_main(lock, ctx, m);
     }
+    if ffi_info::add_named_section(ctx, c"iterations") {
+        fill_iterations(ctx, m);
+    }
+}
+
+/// Open iterations the `snapshot_iterations` section lists at most.
+pub const LISTED_ITERATIONS: usize = 16;
+
+/// The open keyspace iterations (SNAPSHOT.SCAN, served SCAN) that began
+/// first, oldest first: database, age, pages served, and the bytes of old
+/// values only that iteration still reads (what ending it would free, as of
+/// the collector's last full pass over the undo log).
+fn fill_iterations(ctx: InfoCtx, m: &'static crate::module::Module) {
+    let now = crate::server::now_ms();
+    field(ctx, "iterations_open", m.cursors.stats().open as u64);
+    let listed = m.cursors.oldest_open(LISTED_ITERATIONS, |e| {
+        (e.db, e.pages, e.value.snap.alone_bytes())
+    });
+    field(ctx, "iterations_listed", listed.len() as u64);
+    for (i, (at, (db, pages, alone))) in listed.iter().enumerate() {
+        let age = now.saturating_sub(*at).max(0);
+        ffi_info::field_str(
+            ctx,
+            &format!("iteration{i}"),
+            &format!("db={db},age_ms={age},pages={pages},alone_bytes={alone}"),
+        );
+    }
+}
+
+fn fill_main(lock: &ServerLock, ctx: InfoCtx, m: &'static crate::module::Module) {
     crate::keyspace::tracking::settle(lock, m, &m.keyspace);
     state::ensure_threads(m);
     // Never applies the log here: the figures are those of the applied
@@ -88,6 +119,12 @@ fn fill(lock: &ServerLock, ctx: InfoCtx) {
     });
     field(ctx, "oldest_iteration_age_ms", age);
     field(ctx, "oldest_iteration_pages", pages);
+    let alone = m.cursors.oldest_open(1, |e| e.value.snap.alone_bytes());
+    field(
+        ctx,
+        "oldest_iteration_alone_bytes",
+        alone.first().map_or(0, |(_, b)| *b as u64),
+    );
     field(ctx, "cursors_evicted", c.evicted);
     field(ctx, "cursors_expired", c.expired);
     field(ctx, "cursors_evicted_memory", c.evicted_memory);

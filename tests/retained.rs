@@ -313,3 +313,99 @@ fn info_names_the_oldest_open_iteration() {
     }
     assert_eq!(oldest(&mut con), (0, 0), "every iteration ended");
 }
+
+/// README, INFO snapshot_iterations: the open iterations, oldest first,
+/// each with the bytes of old values only it still reads. Keys deleted
+/// ahead of the first iteration alone count for it (and for
+/// `snapshot_oldest_iteration_alone_bytes`); keys deleted once both are
+/// open count for neither; ending the first leaves the second, which now
+/// alone reads them all.
+#[test]
+fn info_lists_the_open_iterations_and_what_each_alone_holds() {
+    // A used cursor's copy, kept for a retry, holds its snapshot that long.
+    let server = Server::start_with(ServerOpts::new().quick_retry());
+    let mut con = server.client();
+    let _: () = query(&mut con, &["DEBUG", "POPULATE", "5000"]).unwrap();
+    indexed(&mut con, 5000);
+    let page = |con: &mut Connection, cursor: &str| -> String {
+        let (next, _): (String, Vec<Vec<u8>>) =
+            query(con, &["SNAPSHOT.SCAN", cursor, "COUNT", "10"]).unwrap();
+        next
+    };
+    let delete = |con: &mut Connection, from: u32| {
+        let mut p = redis::pipe();
+        for i in (from..5000).step_by(50) {
+            p.cmd("DEL").arg(format!("key:{i}")).ignore();
+        }
+        let _: () = p.query(con).unwrap();
+    };
+    // `iteration<N>` fields: (db, pages, alone_bytes).
+    let listed = |con: &mut Connection| -> Vec<(u64, u64, u64)> {
+        let info: String = query(con, &["INFO", "snapshot_iterations"]).unwrap();
+        let n = info_field(&info, "snapshot_iterations_listed")
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or_else(|| panic!("no snapshot_iterations_listed in {info}"));
+        (0..n)
+            .map(|i| {
+                let v = info_field(&info, &format!("snapshot_iteration{i}"))
+                    .unwrap_or_else(|| panic!("no snapshot_iteration{i} in {info}"));
+                let get = |name: &str| -> u64 {
+                    v.split(',')
+                        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+                        .and_then(|x| x.parse().ok())
+                        .unwrap_or_else(|| panic!("no {name} in {v}"))
+                };
+                (get("db"), get("pages"), get("alone_bytes"))
+            })
+            .collect()
+    };
+    assert!(listed(&mut con).is_empty(), "no iteration open");
+    let first = page(&mut con, "0");
+    delete(&mut con, 1); // 100 keys: old values only `first` reads
+    let second = page(&mut con, "0");
+    delete(&mut con, 2); // 100 more: old values both read
+    let first = page(&mut con, &first);
+    wait_until("a collector pass to count them", POLL, || {
+        listed(&mut con).first().is_some_and(|it| it.2 > 0)
+    });
+    let l = listed(&mut con);
+    assert_eq!(l.len(), 2, "{l:?}");
+    let snapshot: String = query(&mut con, &["INFO", "snapshot"]).unwrap();
+    assert!(
+        snapshot.contains("snapshot_iterations_listed:2"),
+        "INFO snapshot returns the section too: {snapshot}"
+    );
+    let plain: String = query(&mut con, &["INFO"]).unwrap();
+    assert!(
+        !plain.contains("snapshot_iteration"),
+        "a plain INFO leaves it out"
+    );
+    assert_eq!((l[0].0, l[0].1), (0, 2), "the first: db 0, two pages");
+    assert_eq!((l[1].0, l[1].1), (0, 1), "the second: db 0, one page");
+    assert_eq!(l[1].2, 0, "the second alone reads nothing: {l:?}");
+    let history = info_u64(&mut con, "snapshot_history_bytes");
+    assert!(
+        l[0].2 < history,
+        "the first alone holds {} of the {history} bytes",
+        l[0].2
+    );
+    assert_eq!(
+        info_u64(&mut con, "snapshot_oldest_iteration_alone_bytes"),
+        l[0].2
+    );
+    // The first ends (and its retry window passes): its old values are
+    // collected, the second reads the rest alone.
+    let mut c = first;
+    while c != "0" {
+        c = page(&mut con, &c);
+    }
+    wait_until("the second to hold the rest alone", POLL, || {
+        let l = listed(&mut con);
+        l.len() == 1 && l[0].2 > 0 && l[0].2 == info_u64(&mut con, "snapshot_history_bytes")
+    });
+    let mut c = second;
+    while c != "0" {
+        c = page(&mut con, &c);
+    }
+    assert!(listed(&mut con).is_empty(), "every iteration ended");
+}

@@ -154,6 +154,9 @@ pub struct Pin {
     version: u64,
     /// The snapshot reads only keys after this one (`None`: every key).
     from: Mutex<Option<Key>>,
+    /// Bytes of the undo entries only this snapshot can still read, as of
+    /// the collector's last full pass over the log (0 before one).
+    alone: AtomicUsize,
 }
 
 impl Drop for Pin {
@@ -173,6 +176,13 @@ impl Pin {
 
     pub fn version(&self) -> u64 {
         self.version
+    }
+
+    /// Bytes of the undo log that only this snapshot can still read (the
+    /// log would shrink by as much if it ended), as the collector's last
+    /// full pass found them.
+    pub fn alone_bytes(&self) -> usize {
+        self.alone.load(Ordering::Relaxed)
     }
 
     /// What the snapshot reads now: the latest published view.
@@ -361,6 +371,9 @@ struct Pass {
     prev: Option<(Vec<u8>, u64)>,
     /// The open snapshots as the pass began: (version, reads keys after).
     pins: Vec<(u64, Option<Key>)>,
+    /// The same snapshots, to tell each at the pass's end what it alone
+    /// holds, and the count of entries only it can read.
+    owners: Vec<(Weak<Pin>, usize)>,
     /// The database's version as the pass began: an entry of a later
     /// change may be needed by a snapshot cut since, unknown to the pass.
     version: u64,
@@ -370,15 +383,19 @@ struct Pass {
 
 impl Pass {
     fn begin(hist: &History, version: u64) -> Pass {
-        let mut pins: Vec<(u64, Option<Key>)> = {
+        let mut open: Vec<(u64, Option<Key>, Weak<Pin>)> = {
             let mut list = lock(&hist.pins);
             list.retain(|w| w.strong_count() > 0);
             list.iter()
-                .filter_map(Weak::upgrade)
-                .map(|p| (p.version, lock(&p.from).clone()))
+                .filter_map(|w| w.upgrade().map(|p| (p, w.clone())))
+                .map(|(p, w)| (p.version, lock(&p.from).clone(), w))
                 .collect()
         };
-        pins.sort_by_key(|p| p.0);
+        open.sort_by_key(|p| p.0);
+        let (pins, owners): (Vec<_>, Vec<_>) = open
+            .into_iter()
+            .map(|(v, from, w)| ((v, from), (w, 0)))
+            .unzip();
         let n = pins.len();
         let mut tree = vec![usize::MAX; 2 * n.max(1)];
         for i in 0..n {
@@ -391,6 +408,7 @@ impl Pass {
             at: None,
             prev: None,
             pins,
+            owners,
             version,
             tree,
         }
@@ -410,11 +428,10 @@ impl Pass {
         }
     }
 
-    /// Whether a snapshot of a version in `lo..hi` may still read `key`.
-    fn needed(&self, key: &[u8], lo: u64, hi: u64) -> bool {
+    /// Of the pins `a..b` (indices), the one reading from the smallest key
+    /// (`usize::MAX` for none).
+    fn least_in(&self, a: usize, b: usize) -> usize {
         let n = self.pins.len();
-        let a = self.pins.partition_point(|p| p.0 < lo);
-        let b = self.pins.partition_point(|p| p.0 < hi);
         let (mut l, mut r) = (a + n, b + n);
         let mut best = usize::MAX;
         while l < r {
@@ -429,12 +446,57 @@ impl Pass {
             l /= 2;
             r /= 2;
         }
-        match self.pins.get(best) {
+        best
+    }
+
+    /// Whether pin `i` may still read `key`.
+    fn reads(&self, i: usize, key: &[u8]) -> bool {
+        match self.pins.get(i) {
             None => false,
             Some((_, None)) => true,
             Some((_, Some(from))) => key > from.as_bytes(),
         }
     }
+
+    /// Who may still read `key` at a version in `lo..hi`: nobody, one
+    /// snapshot alone (its index), or several.
+    fn readers(&self, key: &[u8], lo: u64, hi: u64) -> Readers {
+        let a = self.pins.partition_point(|p| p.0 < lo);
+        let b = self.pins.partition_point(|p| p.0 < hi);
+        let best = self.least_in(a, b);
+        if !self.reads(best, key) {
+            return Readers::None;
+        }
+        let other = Self::lesser(
+            &self.pins,
+            self.least_in(a, best),
+            self.least_in(best + 1, b),
+        );
+        if self.reads(other, key) {
+            Readers::Many
+        } else {
+            Readers::One(best)
+        }
+    }
+
+    /// The pass has examined the whole log of `entries` entries in `bytes`:
+    /// tells each snapshot it began with the bytes only it can read (its
+    /// entries' share of the log's bytes: a node holds many entries).
+    fn publish_alone(&self, bytes: usize, entries: usize) {
+        for (w, n) in &self.owners {
+            if let Some(p) = w.upgrade() {
+                let share = (*n as u128 * bytes as u128) / entries.max(1) as u128;
+                p.alone.store(share as usize, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Who may still read an undo entry (see [`Pass::readers`]).
+enum Readers {
+    None,
+    One(usize),
+    Many,
 }
 
 /// A database generation's undo log, in the index.
@@ -526,6 +588,7 @@ impl Undo {
             hist: self.hist.clone(),
             version,
             from: Mutex::new(None),
+            alone: AtomicUsize::new(0),
         });
         self.hist.open.fetch_add(1, Ordering::Relaxed);
         self.hist.newest.fetch_max(version, Ordering::Relaxed);
@@ -623,8 +686,16 @@ impl Undo {
                     Some((k, pv)) if *k == key => *pv,
                     _ => 0,
                 };
-                if v <= pass.version && !pass.needed(&key, lo, v) {
-                    doomed.push(enc.to_vec());
+                if v <= pass.version {
+                    match pass.readers(&key, lo, v) {
+                        Readers::None => doomed.push(enc.to_vec()),
+                        Readers::One(i) => {
+                            if let Some(o) = pass.owners.get_mut(i) {
+                                o.1 += 1;
+                            }
+                        }
+                        Readers::Many => {}
+                    }
                 }
                 pass.at = Some(enc.to_vec());
                 match &mut pass.prev {
@@ -640,7 +711,9 @@ impl Undo {
             self.map.remove(d);
         }
         if done {
-            self.pass = None;
+            if let Some(pass) = self.pass.take() {
+                pass.publish_alone(self.map.live_bytes(), self.map.len());
+            }
         }
         (None, done)
     }

@@ -99,6 +99,12 @@ impl Snapshot {
         self.pin.advance(after);
     }
 
+    /// Bytes of old values only this snapshot still reads: what ending its
+    /// iteration would free (see [`history::Pin::alone_bytes`]).
+    pub fn alone_bytes(&self) -> usize {
+        self.pin.alone_bytes()
+    }
+
     /// Entries in the snapshot (tests).
     #[cfg(test)]
     pub fn entries(&self) -> usize {

@@ -651,6 +651,51 @@ mod front {
     }
 }
 
+/// Each open snapshot is told the bytes of the undo entries only it can
+/// still read, once a collector pass has seen the whole log: an old value
+/// that two snapshots read counts for neither, and one behind a snapshot's
+/// position no longer counts for it (and is collected).
+#[test]
+fn a_snapshot_knows_the_old_values_only_it_reads() {
+    let mut ks = Keyspace::new(1);
+    for c in b'a'..=b'z' {
+        ks.apply(0, &Key::new(&[c]), m(STRING));
+    }
+    let full_pass = |ks: &mut Keyspace| {
+        // A pass that examined every entry ends at the next call.
+        ks.collect_history(usize::MAX);
+        ks.collect_history(usize::MAX);
+    };
+    let s1 = ks.snapshot(0, 0);
+    ks.apply(0, &Key::new(b"m"), m(HASH)); // read by s1 alone
+    let s2 = ks.snapshot(0, 0);
+    ks.apply(0, &Key::new(b"n"), m(HASH)); // read by both
+    ks.apply(0, &Key::new(b"m"), None); // read by s2 alone
+    assert_eq!(
+        (s1.alone_bytes(), s2.alone_bytes()),
+        (0, 0),
+        "before a pass"
+    );
+    full_pass(&mut ks);
+    let (entries, bytes) = ks.history_size();
+    assert_eq!(entries, 3);
+    let one = bytes / entries;
+    assert!(one > 0);
+    assert_eq!((s1.alone_bytes(), s2.alone_bytes()), (one, one));
+    // s1 passes `m`: its old value of `m` is collected, `n` still shared.
+    s1.advance(&Key::new(b"m"));
+    full_pass(&mut ks);
+    assert_eq!(ks.history_size().0, 2);
+    assert_eq!(s1.alone_bytes(), 0, "s1 reads only `n`, which s2 reads too");
+    assert!(s2.alone_bytes() > 0);
+    // s2 ends: s1 alone reads `n` now.
+    drop(s2);
+    full_pass(&mut ks);
+    assert_eq!(ks.history_size().0, 1, "only s1's old `n` is left");
+    let (_, bytes) = ks.history_size();
+    assert_eq!(s1.alone_bytes(), bytes);
+}
+
 /// One step of the history property test.
 #[derive(Debug, Clone)]
 enum HistOp {

@@ -38,6 +38,21 @@ pub fn add_module_section(ctx: InfoCtx) -> bool {
     unsafe { add_section(ctx, std::ptr::null()) == raw::REDISMODULE_OK as c_int }
 }
 
+/// Opens the module's section `name` (the server names it
+/// "snapshot_<name>"); false if it was not requested.
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "ctx is the INFO context the server passed to the running INFO callback"
+)]
+pub fn add_named_section(ctx: InfoCtx, name: &std::ffi::CStr) -> bool {
+    let Some(add_section) = api!(RedisModule_InfoAddSection) else {
+        return false;
+    };
+    // SAFETY: ctx is the live INFO context; name is a C string that
+    // outlives the call (the server copies it).
+    unsafe { add_section(ctx, name.as_ptr().cast_mut()) == raw::REDISMODULE_OK as c_int }
+}
+
 /// Adds field `name` with value `v` to the open section.
 #[allow(
     clippy::not_unsafe_ptr_arg_deref,
