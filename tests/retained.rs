@@ -361,15 +361,26 @@ fn info_lists_the_open_iterations_and_what_each_alone_holds() {
     };
     assert!(listed(&mut con).is_empty(), "no iteration open");
     let first = page(&mut con, "0");
-    delete(&mut con, 1); // 100 keys: old values only `first` reads
+    // 100 keys: old values only `first` reads.
+    delete(&mut con, 1);
+    // Iterations are ordered by the millisecond they began in.
+    let t = server_ms(&mut con);
+    wait_until("the clock to move on", POLL, || server_ms(&mut con) > t + 1);
     let second = page(&mut con, "0");
-    delete(&mut con, 2); // 100 more: old values both read
+    // 100 more: old values both read.
+    delete(&mut con, 2);
     let first = page(&mut con, &first);
+    // Passes run at every poll of the indexer; one that began before the
+    // second iteration or before the deletions were applied counts less.
+    let mut last = Vec::new();
     wait_until("a collector pass to count them", POLL, || {
-        listed(&mut con).first().is_some_and(|it| it.2 > 0)
+        last = listed(&mut con);
+        let history = info_u64(&mut con, "snapshot_history_bytes");
+        last.len() == 2 && last[0].2 > 0 && last[1].2 == 0 && last[0].2 < history
     });
-    let l = listed(&mut con);
-    assert_eq!(l.len(), 2, "{l:?}");
+    let l = last;
+    assert_eq!((l[0].0, l[0].1), (0, 2), "the first: db 0, two pages");
+    assert_eq!((l[1].0, l[1].1), (0, 1), "the second: db 0, one page");
     let snapshot: String = query(&mut con, &["INFO", "snapshot"]).unwrap();
     assert!(
         snapshot.contains("snapshot_iterations_listed:2"),
@@ -380,19 +391,12 @@ fn info_lists_the_open_iterations_and_what_each_alone_holds() {
         !plain.contains("snapshot_iteration"),
         "a plain INFO leaves it out"
     );
-    assert_eq!((l[0].0, l[0].1), (0, 2), "the first: db 0, two pages");
-    assert_eq!((l[1].0, l[1].1), (0, 1), "the second: db 0, one page");
-    assert_eq!(l[1].2, 0, "the second alone reads nothing: {l:?}");
-    let history = info_u64(&mut con, "snapshot_history_bytes");
-    assert!(
-        l[0].2 < history,
-        "the first alone holds {} of the {history} bytes",
-        l[0].2
-    );
-    assert_eq!(
-        info_u64(&mut con, "snapshot_oldest_iteration_alone_bytes"),
-        l[0].2
-    );
+    wait_until("the oldest's figure to agree", POLL, || {
+        let alone = info_u64(&mut con, "snapshot_oldest_iteration_alone_bytes");
+        listed(&mut con)
+            .first()
+            .is_some_and(|it| it.2 == alone && alone > 0)
+    });
     // The first ends (and its retry window passes): its old values are
     // collected, the second reads the rest alone.
     let mut c = first;
