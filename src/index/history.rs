@@ -482,13 +482,17 @@ impl Pass {
     /// The pass has examined the whole log of `entries` entries in `bytes`:
     /// tells each snapshot it began with the bytes only it can read (its
     /// entries' share of the log's bytes: a node holds many entries).
-    fn publish_alone(&self, bytes: usize, entries: usize) {
+    /// Returns whether it told any a figure above 0.
+    fn publish_alone(&self, bytes: usize, entries: usize) -> bool {
+        let mut told = false;
         for (w, n) in &self.owners {
             if let Some(p) = w.upgrade() {
                 let share = (*n as u128 * bytes as u128) / entries.max(1) as u128;
                 p.alone.store(share as usize, Ordering::Relaxed);
+                told |= share > 0;
             }
         }
+        told
     }
 }
 
@@ -510,6 +514,9 @@ pub struct Undo {
     /// leaves that later changes copy: dropped once no snapshot is open).
     viewed: bool,
     pass: Option<Pass>,
+    /// A pass told some snapshot it alone reads part of the log (set back
+    /// to 0 for all once the log is emptied or retired).
+    alone_told: bool,
     /// Work the collector may spend beginning a pass (which copies every
     /// open snapshot's position): budgets accrue here while no pass runs,
     /// so that with many snapshots open and a small log a pass does not
@@ -606,7 +613,18 @@ impl Undo {
         if self.pinned() {
             self.publish(live, version);
         }
+        self.forget_alone();
         std::mem::take(self).map
+    }
+
+    /// The log is gone or empty: no snapshot alone reads any of it.
+    fn forget_alone(&mut self) {
+        if !std::mem::take(&mut self.alone_told) {
+            return;
+        }
+        for p in lock(&self.hist.pins).iter().filter_map(Weak::upgrade) {
+            p.alone.store(0, Ordering::Relaxed);
+        }
     }
 
     /// The next collection starts a new pass (with the snapshots open
@@ -642,6 +660,7 @@ impl Undo {
         }
         if self.map.is_empty() {
             self.pass = None;
+            self.forget_alone();
             return (None, true);
         }
         if !self.pinned() {
@@ -712,7 +731,7 @@ impl Undo {
         }
         if done {
             if let Some(pass) = self.pass.take() {
-                pass.publish_alone(self.map.live_bytes(), self.map.len());
+                self.alone_told |= pass.publish_alone(self.map.live_bytes(), self.map.len());
             }
         }
         (None, done)

@@ -818,6 +818,18 @@ proptest! {
             }
         }
         prop_assert_eq!(ks.live_map(0).to_vec(), model[0].iter().map(|(k, m)| (k.clone(), *m)).collect::<Vec<_>>());
+        // After a whole pass begun after the last change, what each
+        // snapshot alone reads is a share of the log, and no entry is
+        // counted for two snapshots.
+        ks.restart_collection();
+        let mut passes = 0;
+        while !ks.collect_history(usize::MAX) {
+            passes += 1;
+            prop_assert!(passes < 10, "the pass does not end");
+        }
+        let (_, bytes) = ks.history_size();
+        let alone: usize = snaps.iter().map(|(s, _, _)| s.alone_bytes()).sum();
+        prop_assert!(alone <= bytes, "{} bytes alone of {}", alone, bytes);
         snaps.clear();
         ks.collect_history(usize::MAX);
         prop_assert_eq!(ks.history_size().0, 0);
