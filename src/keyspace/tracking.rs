@@ -193,12 +193,44 @@ fn park(lock: &ServerLock, m: &Shared, ks: &super::Keyspace, ctx: Ctx, p: Pendin
     t.pending_new.replace(lock, Some(p));
 }
 
-/// Reads the pending key, if any, in every database (FlushDB and SwapDB
-/// events: the database of its event may have been emptied or swapped).
-fn settle_everywhere(lock: &ServerLock, m: &Shared, ks: &super::Keyspace) {
+/// What a flush or a swap did to the databases (see [`settle_after_bulk`]).
+enum Bulk {
+    /// One database emptied, or every one (`None`).
+    Flush(Option<usize>),
+    Swap(usize, usize),
+}
+
+/// The pending key, if any, after a FlushDB or SwapDB event (the database
+/// of its event may have been emptied or swapped). Where reading a key has
+/// no side effect, it is read now in every database. On a server whose
+/// reads expire keys (Redis 7.0), a read now, in the middle of the
+/// `FLUSHDB` or `SWAPDB`, would delete a key whose TTL has passed and put
+/// its `DEL` ahead of the command in the replication stream: a replica
+/// would apply it to the database of that name before the swap, and keep
+/// the key for good. There the key stays pending, where the command left
+/// it: gone with its database, or in the database it was swapped to.
+fn settle_after_bulk(lock: &ServerLock, m: &Shared, ks: &super::Keyspace, bulk: Bulk) {
     let t = &ks.tracking;
-    if let Some(p) = t.pending_new.take(lock) {
-        refresh_everywhere(lock, m, t, p.key.as_bytes());
+    let Some(mut p) = t.pending_new.take(lock) else {
+        return;
+    };
+    if !t.defer_expire.load(Ordering::Relaxed) {
+        return refresh_everywhere(lock, m, t, p.key.as_bytes());
+    }
+    match bulk {
+        Bulk::Flush(None) => {}
+        Bulk::Flush(Some(db)) if db == p.db => {}
+        Bulk::Flush(Some(_)) => {
+            t.pending_new.replace(lock, Some(p));
+        }
+        Bulk::Swap(a, b) => {
+            if p.db == a {
+                p.db = b;
+            } else if p.db == b {
+                p.db = a;
+            }
+            t.pending_new.replace(lock, Some(p));
+        }
     }
 }
 
@@ -569,7 +601,8 @@ pub fn on_flushdb(
         Op::Flush(dbnum as usize)
     });
     // A pending key is read as things are now, after the flush.
-    settle_everywhere(lock, m, ks);
+    let flushed = (dbnum >= 0).then_some(dbnum as usize);
+    settle_after_bulk(lock, m, ks, Bulk::Flush(flushed));
 }
 
 /// The SwapDB event.
@@ -583,7 +616,7 @@ pub fn on_swapdb(lock: &ServerLock, m: &Shared, ks: &super::Keyspace, data: *mut
     let (a, b) = (first as usize, second as usize);
     m.push(Op::Swap(a, b));
     // A pending key is read as things are now, after the swap.
-    settle_everywhere(lock, m, ks);
+    settle_after_bulk(lock, m, ks, Bulk::Swap(a, b));
     m.watches.bump_all();
     ks.backfill.topology_changed();
 }

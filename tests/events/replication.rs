@@ -91,6 +91,45 @@ fn replica_drops_a_key_written_with_a_past_expiry(#[case] script: &str) {
     assert_index_sizes(&mut r, &[0]);
 }
 
+/// A key whose TTL passes while the module still has to read it (the
+/// key of an `expire` event is read after its command on Redis 7.0), then a
+/// `SWAPDB` or `FLUSHDB` of another database: the replica ends with the
+/// primary's keyspace. The module read it during the `SWAPDB` in every
+/// database, which on Redis 7.0 deleted it and put the `DEL` ahead of the
+/// swap: the replica applied it to the database before the swap and kept
+/// the key for good (issue 24, fuzz redis-7.0 replica seed 300004).
+#[rstest]
+#[case::swapdb("SWAPDB 0 1", 1)]
+#[case::swapdb_other_way("SWAPDB 1 0", 1)]
+#[case::flushdb_other("SELECT 2; FLUSHDB; SELECT 0", 0)]
+fn replica_follows_a_bulk_change_after_a_ttl_passed(#[case] bulk: &str, #[case] db: u32) {
+    let (primary, mut p, mut pchk) = server_with_bg();
+    let (_replica, mut r) = start_replica(&primary);
+    let _: () = query(&mut p, &["DEBUG", "SET-ACTIVE-EXPIRE", "0"]).unwrap();
+    let _: () = query(&mut p, &["SET", "k", "v", "PX", "50"]).unwrap();
+    let set_at = server_ms(&mut pchk);
+    wait_until("the TTL to pass", WAIT, || {
+        server_ms(&mut pchk) > set_at + 60
+    });
+    assert!(run_script(&mut p, &mut pchk, bulk, &[0, 1, 2], false));
+    // The primary expires `k` where it now is, and says so to the replica.
+    select(&mut pchk, db);
+    let exists: i64 = query(&mut pchk, &["EXISTS", "k"]).unwrap();
+    assert_eq!(exists, 0, "{bulk}: `k` outlived its TTL");
+    wait_until("the replica to catch up", WAIT, || {
+        repl_offset(&mut r) == repl_offset(&mut pchk)
+    });
+    for d in [0, 1, 2] {
+        let (pn, rn) = (dbsize_in(&mut pchk, d), dbsize_in(&mut r, d));
+        assert_eq!(
+            pn, rn,
+            "{bulk}: db {d}: DBSIZE of the primary {pn}, of the replica {rn}"
+        );
+    }
+    assert_replica_matches(&mut pchk, &mut r, &[0, 1, 2], bulk);
+    assert_index_sizes(&mut pchk, &[0, 1, 2]);
+}
+
 /// The wall clock, Unix ms.
 fn now_ms() -> i64 {
     let d = std::time::SystemTime::now()
