@@ -600,7 +600,8 @@ pub fn on_flushdb(
     } else {
         Op::Flush(dbnum as usize)
     });
-    // A pending key is read as things are now, after the flush.
+    // A pending key is read as things are now, after the flush, or kept
+    // pending (see `settle_after_bulk`).
     let flushed = (dbnum >= 0).then_some(dbnum as usize);
     settle_after_bulk(lock, m, ks, Bulk::Flush(flushed));
 }
@@ -615,7 +616,8 @@ pub fn on_swapdb(lock: &ServerLock, m: &Shared, ks: &super::Keyspace, data: *mut
     }
     let (a, b) = (first as usize, second as usize);
     m.push(Op::Swap(a, b));
-    // A pending key is read as things are now, after the swap.
+    // A pending key is read as things are now, after the swap, or kept
+    // pending in its new database (see `settle_after_bulk`).
     settle_after_bulk(lock, m, ks, Bulk::Swap(a, b));
     m.watches.bump_all();
     ks.backfill.topology_changed();
