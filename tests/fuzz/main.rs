@@ -242,6 +242,8 @@ fn run_seed(
     total_steps: Option<u64>,
     totals: &mut Totals,
 ) -> Result<(), (Vec<Step>, String)> {
+    // A harness panic (a topology wait timing out) loses the seed otherwise.
+    eprintln!("fuzz seed {seed} ({})", mode.name());
     let mut t = Target::start(mode);
     let caps = caps(mode, &t);
     let mut g = Gen::new(seed, caps);
