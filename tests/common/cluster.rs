@@ -149,19 +149,12 @@ impl Cluster {
     /// of every slot with node 0, and every replica is in sync.
     /// On a timeout, the panic says what each node still disagrees on.
     pub fn wait_stable(&self) {
-        let deadline = Instant::now() + TOPOLOGY_TIMEOUT;
-        loop {
-            if self.stable() {
-                return;
-            }
-            if Instant::now() > deadline {
-                panic!(
-                    "timed out after {TOPOLOGY_TIMEOUT:?} waiting for cluster stable\n{}",
-                    self.describe()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_until_or(
+            "cluster stable",
+            TOPOLOGY_TIMEOUT,
+            || self.stable(),
+            || self.describe(),
+        );
     }
 
     fn stable(&self) -> bool {

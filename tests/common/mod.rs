@@ -501,14 +501,27 @@ pub fn server_binary() -> PathBuf {
 }
 
 /// Polls `f` every 10 ms until it returns true; panics naming `what` after `timeout`.
-pub fn wait_until<F: FnMut() -> bool>(what: &str, timeout: Duration, mut f: F) {
+pub fn wait_until<F: FnMut() -> bool>(what: &str, timeout: Duration, f: F) {
+    wait_until_or(what, timeout, f, String::new);
+}
+
+/// [`wait_until`], the panic also saying what `describe` finds then.
+pub fn wait_until_or<F: FnMut() -> bool>(
+    what: &str,
+    timeout: Duration,
+    mut f: F,
+    describe: impl FnOnce() -> String,
+) {
     let deadline = Instant::now() + timeout;
     loop {
         if f() {
             return;
         }
         if Instant::now() > deadline {
-            panic!("timed out after {timeout:?} waiting for {what}");
+            panic!(
+                "timed out after {timeout:?} waiting for {what}\n{}",
+                describe()
+            );
         }
         std::thread::sleep(Duration::from_millis(10));
     }
