@@ -102,6 +102,7 @@ fn fill_main(lock: &ServerLock, ctx: InfoCtx, m: &'static crate::module::Module)
     );
     field(ctx, "retained_bytes", state::retained_bytes(m) as u64);
     field(ctx, "history_entries", f.history_entries as u64);
+    field(ctx, "history_in_place", f.history_in_place as u64);
     field(ctx, "history_bytes", f.history_bytes as u64);
     let (limit, source) = state::retained_limit(m);
     field(ctx, "retained_limit_bytes", limit as u64);

@@ -40,6 +40,12 @@ fn churn(con: &mut Connection, rng: &mut Rng, keys: u64, n: usize) {
     let _: () = p.query(con).unwrap();
 }
 
+/// Old values kept for open iterations: undo entries, and live entries
+/// keeping a change in place (tombstones, creation stamps).
+fn kept(con: &mut Connection) -> u64 {
+    info_u64(con, "snapshot_history_entries") + info_u64(con, "snapshot_history_in_place")
+}
+
 /// The keys `DEBUG POPULATE n` made, as SNAPSHOT.SCAN orders them.
 fn populated(n: u64) -> Vec<String> {
     let set: BTreeSet<String> = (0..n).map(|i| format!("key:{i}")).collect();
@@ -80,9 +86,7 @@ fn an_iteration_open_across_writes_to_every_key_completes_exactly() {
     assert_eq!(info_u64(&mut con, "snapshot_cursors_evicted_memory"), 0);
     // Ended, it holds nothing once its retry copy aged out (the retry
     // window, shortened here).
-    wait_until("the undo log emptied", WAIT, || {
-        info_u64(&mut con, "snapshot_history_entries") == 0
-    });
+    wait_until("the old values emptied", WAIT, || kept(&mut con) == 0);
 }
 
 #[test]
@@ -117,7 +121,7 @@ fn an_iteration_holds_only_what_it_has_not_passed() {
     // iteration, and the new keys are. The collector runs after every
     // batch; without it, 22,000 entries.
     wait_until("only the keys ahead kept", WAIT, || {
-        let n = info_u64(&mut con, "snapshot_history_entries");
+        let n = kept(&mut con);
         n > 0 && n <= 6_000
     });
     // And the iteration still reads its snapshot.
@@ -189,8 +193,6 @@ fn near_the_limit_new_iterations_are_refused_first_then_old_ones_ended() {
         ended_for_memory(&open, "snapshot.max-retained-bytes")
     );
     // What it alone held is gone: a new iteration opens.
-    wait_until("old versions freed", WAIT, || {
-        info_u64(&mut con, "snapshot_history_entries") == 0
-    });
+    wait_until("old versions freed", WAIT, || kept(&mut con) == 0);
     let _: (String, Vec<String>) = query(&mut con, &["SNAPSHOT.SCAN", "0"]).unwrap();
 }

@@ -23,7 +23,7 @@
 //! position is a `Mutex` held by its own iteration's page and by that copy.
 
 use super::tree::Iter;
-use super::{Key, KeyMap, Meta};
+use super::{Entry, Key, KeyMap, Meta, Stamp};
 use arc_swap::ArcSwap;
 use std::cmp::Ordering as Cmp;
 use std::ops::Bound;
@@ -200,16 +200,38 @@ pub struct Reader {
     version: u64,
 }
 
+/// A key's value at a snapshot: the value before its first change after
+/// the snapshot's version, among the one its live entry keeps (`in_place`,
+/// from [`Entry::at`]) and the undo log's first (`undo`: its version and
+/// old value); the live value if neither is after the version.
+#[inline]
+fn choose(in_place: (Option<Meta>, Option<u64>), undo: Option<(u64, Meta)>) -> Option<Meta> {
+    match (in_place.1, undo) {
+        (Some(iv), Some((u, _))) if iv < u => in_place.0,
+        (_, Some((_, old))) => (old != ABSENT).then_some(old),
+        (_, None) => in_place.0,
+    }
+}
+
 impl Reader {
     /// The key's value at the snapshot's version.
     pub fn get(&self, key: &[u8]) -> Option<Meta> {
         let mut enc = Vec::with_capacity(key.len() + 10);
         encode(key, self.version + 1, &mut enc);
         let mut it = self.view.undo.range_from(Bound::Included(&enc));
-        match it.next_entry() {
-            Some((e, m)) if is_of(e, key) => (m != ABSENT).then_some(m),
-            _ => self.view.live.get(key),
-        }
+        let undo = match it.next_entry() {
+            Some((e, m)) if is_of(e, key) => {
+                let mut k = Vec::new();
+                decode(e, &mut k).map(|v| (v, m))
+            }
+            _ => None,
+        };
+        let in_place = self
+            .view
+            .live
+            .get_entry(key)
+            .map_or((None, None), |e| e.at(self.version));
+        choose(in_place, undo)
     }
 
     /// The snapshot's entries from `lower` on, in key order.
@@ -260,17 +282,19 @@ impl Reader {
 /// key until the next call, like [`Iter`].
 pub struct Merged<'a> {
     live: Iter<'a>,
-    /// The live entry not yet returned (its key is `live`'s).
-    live_next: Option<Meta>,
+    /// The live entry not yet returned (its key is `live`'s), tombstones
+    /// included.
+    live_next: Option<Entry>,
     live_loaded: bool,
     undo: Iter<'a>,
     /// The map `undo` walks (sought past a key's many versions).
     undo_map: &'a KeyMap,
     /// The undo entry not yet read into a group (its key is `undo`'s).
     undo_next: Option<Meta>,
-    /// The next undo key's value at the version (`Some(None)`: no change
-    /// after the version), its key in `key`.
-    group: Option<Option<Meta>>,
+    /// The next undo key's first change after the version (its version
+    /// and old value; `Some(None)`: no change after the version), its key
+    /// in `key`.
+    group: Option<Option<(u64, Meta)>>,
     key: Vec<u8>,
     version: u64,
 }
@@ -288,8 +312,8 @@ impl Merged<'_> {
         };
         let mut chosen = None;
         let ver = decode(self.undo.key(), &mut self.key);
-        if ver.is_some_and(|v| v > self.version) {
-            chosen = Some(first);
+        if let Some(v) = ver.filter(|v| *v > self.version) {
+            chosen = Some((v, first));
         }
         self.undo_next = self.undo.next_entry().map(|(_, m)| m);
         if self.undo_next.is_some() && is_of(self.undo.key(), &self.key) {
@@ -299,7 +323,8 @@ impl Merged<'_> {
                 let mut it = self.undo_map.range_from(Bound::Included(&probe[..]));
                 if let Some((e, m)) = it.next_entry() {
                     if is_of(e, &self.key) {
-                        chosen = Some(m);
+                        let mut k = Vec::new();
+                        chosen = decode(e, &mut k).map(|v| (v, m));
                     }
                 }
             }
@@ -313,48 +338,55 @@ impl Merged<'_> {
     /// The next entry: its key (valid until the next call) and metadata.
     pub fn next_entry(&mut self) -> Option<(&[u8], Meta)> {
         // No undo entry left (the common case: few keys changed): the live
-        // entries as they are, without the merge.
+        // entries, each read as its own stamp says, without the merge.
         if self.group.is_none() && self.undo_next.is_none() && !self.live_loaded {
-            return self.live.next_entry();
+            loop {
+                let e = self.live.next_raw()?.1;
+                if let Some(m) = e.at(self.version).0 {
+                    return Some((self.live.key(), m));
+                }
+            }
         }
         loop {
             if !self.live_loaded {
-                self.live_next = self.live.next_entry().map(|(_, m)| m);
+                self.live_next = self.live.next_raw().map(|(_, e)| e);
                 self.live_loaded = true;
             }
             if self.group.is_none() {
                 self.load_group();
             }
             let Some(chosen) = self.group else {
-                // No undo entry left: the live entries as they are.
-                let m = self.live_next?;
+                // No undo entry left: the live entries as their stamps say.
+                let e = self.live_next?;
                 self.live_loaded = false;
-                return Some((self.live.key(), m));
+                match e.at(self.version).0 {
+                    Some(m) => return Some((self.live.key(), m)),
+                    None => continue,
+                }
             };
             let ord = match self.live_next {
                 None => Cmp::Greater,
                 Some(_) => self.live.key().cmp(&self.key),
             };
             match (ord, self.live_next) {
-                (Cmp::Less, Some(m)) => {
+                (Cmp::Less, Some(e)) => {
                     self.live_loaded = false;
-                    return Some((self.live.key(), m));
+                    if let Some(m) = e.at(self.version).0 {
+                        return Some((self.live.key(), m));
+                    }
                 }
-                (Cmp::Equal, Some(m)) => {
+                (Cmp::Equal, Some(e)) => {
                     self.live_loaded = false;
                     self.group = None;
-                    match chosen {
-                        None => return Some((self.live.key(), m)),
-                        Some(old) if old != ABSENT => return Some((self.live.key(), old)),
-                        Some(_) => continue,
+                    if let Some(m) = choose(e.at(self.version), chosen) {
+                        return Some((self.live.key(), m));
                     }
                 }
                 _ => {
                     // A key the live map no longer has.
                     self.group = None;
-                    match chosen {
-                        Some(old) if old != ABSENT => return Some((&self.key, old)),
-                        _ => continue,
+                    if let Some(m) = choose((None, None), chosen) {
+                        return Some((&self.key, m));
                     }
                 }
             }
@@ -372,8 +404,13 @@ struct Pass {
     /// The open snapshots as the pass began: (version, reads keys after).
     pins: Vec<(u64, Option<Key>)>,
     /// The same snapshots, to tell each at the pass's end what it alone
-    /// holds, and the count of entries only it can read.
-    owners: Vec<(Weak<Pin>, usize)>,
+    /// holds: the count of undo entries, and of tombstones, only it can
+    /// read.
+    owners: Vec<(Weak<Pin>, usize, usize)>,
+    /// The undo log is examined; the live map's stamps are next.
+    undo_done: bool,
+    /// The last live key examined (the live sweep resumes after it).
+    live_at: Option<Vec<u8>>,
     /// The database's version as the pass began: an entry of a later
     /// change may be needed by a snapshot cut since, unknown to the pass.
     version: u64,
@@ -394,7 +431,7 @@ impl Pass {
         open.sort_by_key(|p| p.0);
         let (pins, owners): (Vec<_>, Vec<_>) = open
             .into_iter()
-            .map(|(v, from, w)| ((v, from), (w, 0)))
+            .map(|(v, from, w)| ((v, from), (w, 0, 0)))
             .unzip();
         let n = pins.len();
         let mut tree = vec![usize::MAX; 2 * n.max(1)];
@@ -409,6 +446,8 @@ impl Pass {
             prev: None,
             pins,
             owners,
+            undo_done: false,
+            live_at: None,
             version,
             tree,
         }
@@ -479,15 +518,17 @@ impl Pass {
         }
     }
 
-    /// The pass has examined the whole log of `entries` entries in `bytes`:
-    /// tells each snapshot it began with the bytes only it can read (its
-    /// entries' share of the log's bytes: a node holds many entries).
+    /// The pass has examined the whole log of `entries` entries in `bytes`
+    /// and the live map's stamps: tells each snapshot it began with the
+    /// bytes only it can read (its entries' share of the log's bytes: a
+    /// node holds many entries; its tombstones at `per_dead` bytes each).
     /// Returns whether it told any a figure above 0.
-    fn publish_alone(&self, bytes: usize, entries: usize) -> bool {
+    fn publish_alone(&self, bytes: usize, entries: usize, per_dead: usize) -> bool {
         let mut told = false;
-        for (w, n) in &self.owners {
+        for (w, n, dead) in &self.owners {
             if let Some(p) = w.upgrade() {
-                let share = (*n as u128 * bytes as u128) / entries.max(1) as u128;
+                let share = (*n as u128 * bytes as u128) / entries.max(1) as u128
+                    + (*dead * per_dead) as u128;
                 p.alone.store(share as usize, Ordering::Relaxed);
                 told |= share > 0;
             }
@@ -501,6 +542,18 @@ enum Readers {
     None,
     One(usize),
     Many,
+}
+
+/// What a change must keep for open snapshots ([`Undo::keeps`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keep {
+    /// No snapshot is open: nothing (stamps may go too).
+    Nothing,
+    /// Snapshots are open, but none reads this change (the key changed
+    /// after the newest one): what is kept of earlier changes stays.
+    Kept,
+    /// The value before this change, and what is kept of earlier ones.
+    This,
 }
 
 /// A database generation's undo log, in the index.
@@ -522,6 +575,9 @@ pub struct Undo {
     /// so that with many snapshots open and a small log a pass does not
     /// begin at every batch (that cost grew as snapshots times batches).
     credit: usize,
+    /// Where the sweep of the live map's stamps, while no snapshot is
+    /// open, resumes (after this key).
+    sweep_at: Option<Vec<u8>>,
     scratch: Vec<u8>,
 }
 
@@ -530,6 +586,12 @@ impl Undo {
     #[inline]
     fn pinned(&self) -> bool {
         self.hist.open.load(Ordering::Relaxed) > 0
+    }
+
+    /// The newest version an open snapshot was cut at (or one that has
+    /// ended since).
+    pub fn newest(&self) -> u64 {
+        self.hist.newest.load(Ordering::Relaxed)
     }
 
     /// Entries in the log.
@@ -546,14 +608,16 @@ impl Undo {
         self.viewed
     }
 
-    /// `key` changed from `old` at `version` (the version after the
-    /// change). Kept only if a snapshot may read it: one is open and the
-    /// key has no change after the newest one yet.
-    pub fn record(&mut self, key: &[u8], version: u64, old: Option<Meta>) {
+    /// What a change of `key`, whose live entry has `stamp`, must keep
+    /// for open snapshots (see [`Keep`]).
+    pub fn keeps(&mut self, key: &[u8], stamp: Stamp) -> Keep {
         if !self.pinned() {
-            return;
+            return Keep::Nothing;
         }
         let newest = self.hist.newest.load(Ordering::Relaxed);
+        if stamp.version().is_some_and(|v| v > newest) {
+            return Keep::Kept;
+        }
         encode(key, newest.saturating_add(1), &mut self.scratch);
         let later = self
             .map
@@ -561,8 +625,15 @@ impl Undo {
             .next_entry()
             .is_some_and(|(e, _)| is_of(e, key));
         if later {
-            return;
+            Keep::Kept
+        } else {
+            Keep::This
         }
+    }
+
+    /// Keeps `key`'s value before its change at `version` (`None`: it did
+    /// not exist) in the log.
+    pub fn record(&mut self, key: &[u8], version: u64, old: Option<Meta>) {
         encode(key, version, &mut self.scratch);
         self.map.insert(&self.scratch, old.unwrap_or(ABSENT));
     }
@@ -639,15 +710,22 @@ impl Undo {
         self.map.live_bytes()
     }
 
-    /// Examines at most `budget` entries of the log and removes those no
-    /// open snapshot can read; the whole log at once when none is open.
+    /// Examines at most `budget` entries of the log, then of the live
+    /// map's stamped entries, and removes what no open snapshot can read:
+    /// undo entries, tombstones, stamps; all of it when none is open.
     /// A new pass begins only once the budgets given since the last one
     /// ended add up to the number of open snapshots (or right after
     /// [`Undo::restart_collection`]): the collector's work stays
-    /// proportional to its budgets. `version` is the database's now.
-    /// Returns a log to free off the main thread, if one was dropped, and
-    /// whether a pass ended (or none was needed).
-    pub fn collect(&mut self, budget: usize, version: u64) -> (Option<KeyMap>, bool) {
+    /// proportional to its budgets. `live` is the database's live map,
+    /// `version` its version now. Returns a log to free off the main
+    /// thread, if one was dropped, whether a pass ended (or none was
+    /// needed), and the part of the budget used.
+    pub fn collect(
+        &mut self,
+        live: &mut KeyMap,
+        budget: usize,
+        version: u64,
+    ) -> (Option<KeyMap>, bool, usize) {
         if self.viewed && !self.pinned() {
             // Nobody reads the view: it would keep what the live map's
             // changes copy since it was published.
@@ -658,84 +736,176 @@ impl Undo {
             }));
             self.viewed = false;
         }
-        if self.map.is_empty() {
-            self.pass = None;
-            self.forget_alone();
-            return (None, true);
-        }
         if !self.pinned() {
             self.pass = None;
-            return (Some(std::mem::take(&mut self.map)), true);
+            let log = (!self.map.is_empty()).then(|| std::mem::take(&mut self.map));
+            if log.is_some() {
+                self.forget_alone();
+            }
+            let mut left = budget;
+            if live.stamped() == 0 {
+                self.sweep_at = None;
+            }
+            let done =
+                live.stamped() == 0 || sweep(live, &mut self.sweep_at, &mut left, |_, _| false);
+            return (log, done && live.stamped() == 0, budget - left);
+        }
+        if self.map.is_empty() && live.stamped() == 0 {
+            self.pass = None;
+            self.forget_alone();
+            return (None, true, 0);
         }
         if self.pass.is_none() {
             self.credit = self.credit.saturating_add(budget);
             let cost = self.hist.open.load(Ordering::Relaxed);
             if self.credit < cost {
-                return (None, false);
+                return (None, false, 0);
             }
             self.credit = 0;
         }
         let pass = self
             .pass
             .get_or_insert_with(|| Pass::begin(&self.hist, version));
-        let mut doomed: Vec<Vec<u8>> = Vec::new();
-        let mut key = Vec::new();
-        let mut done = false;
-        {
-            let lower = match &pass.at {
-                Some(at) => Bound::Excluded(&at[..]),
-                None => Bound::Unbounded,
-            };
-            let mut it = self.map.range_from(lower);
-            let mut seen = 0;
-            loop {
-                if seen >= budget {
-                    break;
+        let mut left = budget;
+        if !pass.undo_done {
+            pass.undo_done = collect_undo(&mut self.map, pass, &mut left);
+        }
+        if !pass.undo_done || left == 0 {
+            return (None, false, budget - left);
+        }
+        let mut live_at = pass.live_at.take();
+        let done = live.stamped() == 0
+            || sweep(live, &mut live_at, &mut left, |key, e| {
+                let Some(s) = e.stamp.version() else {
+                    return true;
+                };
+                // A snapshot cut since the pass began may read a later
+                // change; one older than the change reads it if it still
+                // reads the key.
+                if s > pass.version {
+                    return true;
                 }
-                let Some((enc, _)) = it.next_entry() else {
-                    done = true;
-                    break;
-                };
-                seen += 1;
-                let Some(v) = decode(enc, &mut key) else {
-                    doomed.push(enc.to_vec());
-                    continue;
-                };
-                let lo = match &pass.prev {
-                    Some((k, pv)) if *k == key => *pv,
-                    _ => 0,
-                };
-                if v <= pass.version {
-                    match pass.readers(&key, lo, v) {
-                        Readers::None => doomed.push(enc.to_vec()),
-                        Readers::One(i) => {
-                            if let Some(o) = pass.owners.get_mut(i) {
-                                o.1 += 1;
-                            }
+                match pass.readers(key, 0, s) {
+                    Readers::None => false,
+                    Readers::One(i) => {
+                        if let Some(o) = pass.owners.get_mut(i) {
+                            o.2 += usize::from(e.is_dead());
                         }
-                        Readers::Many => {}
+                        true
                     }
+                    Readers::Many => true,
                 }
-                pass.at = Some(enc.to_vec());
-                match &mut pass.prev {
-                    Some((k, pv)) => {
-                        k.clone_from(&key);
-                        *pv = v;
-                    }
-                    None => pass.prev = Some((key.clone(), v)),
-                }
-            }
-        }
-        for d in &doomed {
-            self.map.remove(d);
-        }
+            });
+        pass.live_at = live_at;
         if done {
             if let Some(pass) = self.pass.take() {
-                self.alone_told |= pass.publish_alone(self.map.live_bytes(), self.map.len());
+                let per_dead = live
+                    .live_bytes()
+                    .checked_div(live.len() + live.dead())
+                    .unwrap_or(0);
+                self.alone_told |=
+                    pass.publish_alone(self.map.live_bytes(), self.map.len(), per_dead);
             }
         }
-        (None, done)
+        (None, done, budget - left)
     }
+}
+
+/// Examines undo entries from where `pass` is, at most `left` of them
+/// (counted down), and removes those no snapshot of the pass can read.
+/// Returns whether the pass reached the log's end.
+fn collect_undo(map: &mut KeyMap, pass: &mut Pass, left: &mut usize) -> bool {
+    let mut doomed: Vec<Vec<u8>> = Vec::new();
+    let mut key = Vec::new();
+    let mut done = false;
+    {
+        let lower = match &pass.at {
+            Some(at) => Bound::Excluded(&at[..]),
+            None => Bound::Unbounded,
+        };
+        let mut it = map.range_from(lower);
+        loop {
+            if *left == 0 {
+                break;
+            }
+            let Some((enc, _)) = it.next_entry() else {
+                done = true;
+                break;
+            };
+            *left -= 1;
+            let Some(v) = decode(enc, &mut key) else {
+                doomed.push(enc.to_vec());
+                continue;
+            };
+            let lo = match &pass.prev {
+                Some((k, pv)) if *k == key => *pv,
+                _ => 0,
+            };
+            if v <= pass.version {
+                match pass.readers(&key, lo, v) {
+                    Readers::None => doomed.push(enc.to_vec()),
+                    Readers::One(i) => {
+                        if let Some(o) = pass.owners.get_mut(i) {
+                            o.1 += 1;
+                        }
+                    }
+                    Readers::Many => {}
+                }
+            }
+            pass.at = Some(enc.to_vec());
+            match &mut pass.prev {
+                Some((k, pv)) => {
+                    k.clone_from(&key);
+                    *pv = v;
+                }
+                None => pass.prev = Some((key.clone(), v)),
+            }
+        }
+    }
+    for d in &doomed {
+        map.remove(d);
+    }
+    done
+}
+
+/// Examines the live map's stamped entries after `at`, for at most `left`
+/// units of work (an entry decoded, or a leaf with no stamp passed whole;
+/// counted down), and strips the stamp of each that `keep` refuses (a
+/// tombstone is removed). Returns whether the sweep reached the map's end
+/// (`at` is then reset for the next one).
+fn sweep(
+    live: &mut KeyMap,
+    at: &mut Option<Vec<u8>>,
+    left: &mut usize,
+    mut keep: impl FnMut(&[u8], Entry) -> bool,
+) -> bool {
+    if *left == 0 {
+        return false;
+    }
+    let mut edits: Vec<(Vec<u8>, Entry)> = Vec::new();
+    let done = {
+        let lower = match at.as_ref() {
+            Some(k) => Bound::Excluded(&k[..]),
+            None => Bound::Unbounded,
+        };
+        let mut it = live.range_from(lower);
+        while let Some((k, e)) = it.next_stamped(left) {
+            if !keep(k, e) {
+                edits.push((k.to_vec(), e));
+            }
+        }
+        let done = it.at_end();
+        *at = (!done).then(|| it.position());
+        done
+    };
+    for (k, e) in edits {
+        if e.is_dead() {
+            live.remove_present(&k);
+        } else {
+            live.put_changed(&k, Entry::plain(e.meta));
+        }
+    }
+    done
 }
 
 #[cfg(test)]

@@ -6,9 +6,12 @@
 //! ```text
 //! varint shared   bytes shared with the previous key (0 for the first entry)
 //! varint len      length of the rest of the key
-//! tag             bit 7: has an expiry; bits 0-6: type id (0x7f: the id follows)
-//! [type id]       only when the id is 0x7f or more
+//! tag             bit 7: has an expiry; bit 6: has a stamp; bits 0-5: type id
+//!                 (0x3f: the id follows)
+//! [type id]       only when the id is 0x3f or more
 //! [expiry]        7 bytes, little-endian (`Meta`'s 56-bit field), only with bit 7
+//! [stamp]         varint, only with bit 6 (see `entry`: a change kept for
+//!                 open snapshots; a deleted key's entry is a tombstone)
 //! suffix          the rest of the key
 //! ```
 //!
@@ -29,6 +32,7 @@
 //!
 //! Locking: none; a `Leaf` is plain data owned by one tree node.
 
+use super::entry::{Entry, Stamp};
 use super::meta::{Meta, TypeId};
 use arrayvec::ArrayVec;
 use std::ops::Range;
@@ -95,29 +99,33 @@ fn get_varint(buf: &[u8], off: &mut usize) -> usize {
 }
 
 const HAS_EXPIRY: u8 = 0x80;
-const TYPE_ESCAPE: u8 = 0x7f;
+const HAS_STAMP: u8 = 0x40;
+const TYPE_ESCAPE: u8 = 0x3f;
 const EXPIRY_BYTES: usize = 7;
 
 /// An entry header (everything before the suffix, see the module docs)
 /// encoded on the stack: two varints of at most 10 bytes, the tag, the type
-/// id and the expiry.
+/// id, the expiry and the stamp's varint (at most 10 bytes).
 #[derive(Clone, Copy)]
 struct Head {
-    b: [u8; 32],
+    b: [u8; 48],
     n: usize,
 }
 
 impl Head {
     #[inline]
-    fn new(shared: usize, len: usize, meta: Meta) -> Head {
-        let mut h = Head { b: [0; 32], n: 0 };
-        h.varint(shared);
-        h.varint(len);
-        let ty: TypeId = meta.type_id();
-        let raw = meta.raw_expire();
+    fn new(shared: usize, len: usize, e: Entry) -> Head {
+        let mut h = Head { b: [0; 48], n: 0 };
+        h.varint(shared as u64);
+        h.varint(len as u64);
+        let ty: TypeId = e.meta.type_id();
+        let raw = e.meta.raw_expire();
         let mut tag = ty.min(TYPE_ESCAPE);
         if raw != 0 {
             tag |= HAS_EXPIRY;
+        }
+        if !e.stamp.is_none() {
+            tag |= HAS_STAMP;
         }
         h.push(tag);
         if ty >= TYPE_ESCAPE {
@@ -127,6 +135,9 @@ impl Head {
             for b in &raw.to_le_bytes()[..EXPIRY_BYTES] {
                 h.push(*b);
             }
+        }
+        if !e.stamp.is_none() {
+            h.varint(e.stamp.raw());
         }
         h
     }
@@ -140,7 +151,7 @@ impl Head {
     }
 
     #[inline]
-    fn varint(&mut self, mut v: usize) {
+    fn varint(&mut self, mut v: u64) {
         while v >= 0x80 {
             self.push((v as u8) | 0x80);
             v >>= 7;
@@ -160,8 +171,8 @@ impl Head {
 }
 
 /// Appends one encoded entry.
-fn encode(out: &mut Vec<u8>, shared: usize, suffix: &[u8], meta: Meta) {
-    out.extend_from_slice(Head::new(shared, suffix.len(), meta).bytes());
+fn encode(out: &mut Vec<u8>, shared: usize, suffix: &[u8], e: Entry) {
+    out.extend_from_slice(Head::new(shared, suffix.len(), e).bytes());
     out.extend_from_slice(suffix);
 }
 
@@ -187,7 +198,7 @@ struct Hdr {
     body: usize,
     /// Where the entry ends.
     end: usize,
-    meta: Meta,
+    entry: Entry,
 }
 
 impl Hdr {
@@ -230,8 +241,14 @@ fn span(buf: &[u8], off: usize) -> Span {
         }
     };
     let t = buf.get(tag).copied().unwrap_or(0);
-    let body =
+    let mut body =
         tag + 1 + usize::from(t & TYPE_ESCAPE == TYPE_ESCAPE) + usize::from(t >> 7) * EXPIRY_BYTES;
+    if t & HAS_STAMP != 0 {
+        while buf.get(body).is_some_and(|&b| b >= 0x80) {
+            body += 1;
+        }
+        body += 1;
+    }
     Span {
         shared,
         tag,
@@ -257,12 +274,18 @@ fn hdr(buf: &[u8], off: usize) -> Hdr {
             b[..EXPIRY_BYTES].copy_from_slice(src);
         }
         raw = u64::from_le_bytes(b);
+        o += EXPIRY_BYTES;
     }
+    let stamp = if tag & HAS_STAMP != 0 {
+        Stamp::from_raw(get_varint(buf, &mut o) as u64)
+    } else {
+        Stamp::NONE
+    };
     Hdr {
         shared: s.shared,
         body: s.body,
         end: s.end,
-        meta: Meta::from_raw(ty, raw),
+        entry: Entry::new(Meta::from_raw(ty, raw), stamp),
     }
 }
 
@@ -306,7 +329,13 @@ pub struct Probe {
 #[derive(Default)]
 pub struct Leaf {
     buf: Vec<u8>,
-    len: u32,
+    /// Entries (tombstones included). A leaf holds at most a few hundred
+    /// (it splits past about [`LEAF_MAX`] bytes, at least 3 per entry) or
+    /// one huge key.
+    len: u16,
+    /// Entries with a stamp (see `entry`): the collector skips leaves
+    /// without any.
+    stamped: u16,
     /// Offsets of entries stored whole, ascending; the first is 0 when the
     /// leaf is not empty.
     restarts: ArrayVec<u16, RESTARTS>,
@@ -322,6 +351,7 @@ impl Clone for Leaf {
         Leaf {
             buf,
             len: self.len,
+            stamped: self.stamped,
             restarts: self.restarts.clone(),
         }
     }
@@ -335,19 +365,39 @@ impl Drop for Leaf {
 
 impl Leaf {
     /// A leaf holding one entry.
-    pub fn with(key: &[u8], meta: Meta) -> Leaf {
+    pub fn with(key: &[u8], entry: Entry) -> Leaf {
         let mut l = Leaf::default();
         let mut e = Vec::with_capacity(key.len() + 16);
-        encode(&mut e, 0, key, meta);
+        encode(&mut e, 0, key, entry);
         l.splice(0..0, &e);
         l.len = 1;
+        l.stamped = u16::from(!entry.stamp.is_none());
         l.restarts.push(0);
         l
     }
 
-    /// Entries.
+    /// Entries (tombstones included).
     pub fn len(&self) -> usize {
         self.len as usize
+    }
+
+    /// Entries with a stamp (see `entry`).
+    pub fn stamped(&self) -> usize {
+        self.stamped as usize
+    }
+
+    /// Counts the entries with a stamp again (after a split or a merge).
+    fn recount(&mut self) {
+        let mut n = 0u16;
+        let mut off = 0;
+        while off < self.buf.len() {
+            let s = span(&self.buf, off);
+            if self.buf.get(s.tag).is_some_and(|&t| t & HAS_STAMP != 0) {
+                n = n.saturating_add(1);
+            }
+            off = s.end;
+        }
+        self.stamped = n;
     }
 
     pub fn is_empty(&self) -> bool {
@@ -591,7 +641,7 @@ impl Leaf {
         // `shared` bytes it took from its predecessor, then its suffix,
         // which stays in place.
         let h = hdr(&self.buf, off);
-        let head = Head::new(0, h.shared + (h.end - h.body), h.meta);
+        let head = Head::new(0, h.shared + (h.end - h.body), h.entry);
         let new_len = head.len() + h.shared;
         self.rewrite(off..h.body, new_len, |pre, w| {
             let (hw, key) = w.split_at_mut(head.len().min(w.len()));
@@ -626,10 +676,10 @@ impl Leaf {
             if restart {
                 run_start = buf.len();
                 restarts.push(buf.len() as u16);
-                encode(&mut buf, 0, &key, h.meta);
+                encode(&mut buf, 0, &key, h.entry);
             } else {
                 let shared = lcp(&prev, &key);
-                encode(&mut buf, shared, &key[shared..], h.meta);
+                encode(&mut buf, shared, &key[shared..], h.entry);
             }
             std::mem::swap(&mut prev, &mut key);
             off = h.end;
@@ -646,14 +696,15 @@ impl Leaf {
         }
     }
 
-    pub fn get(&self, key: &[u8]) -> Option<Meta> {
+    /// The key's entry, tombstone or not.
+    pub fn get(&self, key: &[u8]) -> Option<Entry> {
         let p = self.find(key);
-        p.found.then(|| hdr(&self.buf, p.off).meta)
+        p.found.then(|| hdr(&self.buf, p.off).entry)
     }
 
-    /// The metadata of the entry `p` found.
-    pub fn meta_at(&self, p: &Probe) -> Meta {
-        hdr(&self.buf, p.off).meta
+    /// The entry `p` found.
+    pub fn entry_at(&self, p: &Probe) -> Entry {
+        hdr(&self.buf, p.off).entry
     }
 
     /// Whether `p` points past the last entry.
@@ -661,10 +712,12 @@ impl Leaf {
         p.off >= self.buf.len()
     }
 
-    /// Sets the metadata of the entry `p` found.
-    pub fn set_meta(&mut self, p: &Probe, meta: Meta) {
+    /// Sets the entry `p` found.
+    pub fn set_entry(&mut self, p: &Probe, entry: Entry) {
         let h = hdr(&self.buf, p.off);
-        let head = Head::new(h.shared, h.end - h.body, meta);
+        self.stamped = (self.stamped + u16::from(!entry.stamp.is_none()))
+            .saturating_sub(u16::from(!h.entry.stamp.is_none()));
+        let head = Head::new(h.shared, h.end - h.body, entry);
         let delta = head.len() as isize - (h.body - p.off) as isize;
         self.rewrite(p.off..h.body, head.len(), |_, w| {
             write_parts(w, &[head.bytes()])
@@ -677,9 +730,9 @@ impl Leaf {
     /// its successor now shares `lcp_next` bytes with it (never fewer than
     /// before, so the successor only drops bytes from its suffix), unless
     /// the successor is a restart point, which stays whole.
-    pub fn insert_at(&mut self, p: &Probe, key: &[u8], meta: Meta) {
+    pub fn insert_at(&mut self, p: &Probe, key: &[u8], entry: Entry) {
         let suffix = key.get(p.lcp_prev..).unwrap_or(&[]);
-        let head = Head::new(p.lcp_prev, suffix.len(), meta);
+        let head = Head::new(p.lcp_prev, suffix.len(), entry);
         // The successor's new header, and where its kept suffix starts.
         let mut next = None;
         let mut end = p.off;
@@ -689,7 +742,7 @@ impl Leaf {
             let h = hdr(&self.buf, p.off);
             if p.lcp_next > h.shared {
                 let drop = (p.lcp_next - h.shared).min(h.end - h.body);
-                next = Some(Head::new(p.lcp_next, h.end - h.body - drop, h.meta));
+                next = Some(Head::new(p.lcp_next, h.end - h.body - drop, h.entry));
                 end = h.body + drop;
             }
         }
@@ -700,6 +753,7 @@ impl Leaf {
             write_parts(w, &[head.bytes(), suffix, next_head])
         });
         self.len += 1;
+        self.stamped += u16::from(!entry.stamp.is_none());
         if self.restarts.is_empty() {
             self.restarts.push(0);
         }
@@ -709,9 +763,9 @@ impl Leaf {
         self.bound_run(p.run);
     }
 
-    /// Removes the entry `p` found; returns its metadata. Its successor
-    /// takes over the bytes it shared through it.
-    pub fn remove_at(&mut self, p: &Probe) -> Meta {
+    /// Removes the entry `p` found; returns it. Its successor takes over
+    /// the bytes it shared through it.
+    pub fn remove_at(&mut self, p: &Probe) -> Entry {
         let h = hdr(&self.buf, p.off);
         let next = (h.end < self.buf.len())
             .then(|| hdr(&self.buf, h.end))
@@ -722,7 +776,7 @@ impl Leaf {
                 // from the removed entry's suffix (moved within the
                 // window), then its own suffix, which stays in place.
                 let took = (n.shared - h.shared).min(h.end - h.body);
-                let head = Head::new(h.shared, took + (n.end - n.body), n.meta);
+                let head = Head::new(h.shared, took + (n.end - n.body), n.entry);
                 let new_len = head.len() + took;
                 let from = h.body - p.off;
                 self.rewrite(p.off..n.body, new_len, |_, w| {
@@ -740,8 +794,11 @@ impl Leaf {
         };
         let delta = new_len as isize - range.len() as isize;
         self.len -= 1;
+        self.stamped = self
+            .stamped
+            .saturating_sub(u16::from(!h.entry.stamp.is_none()));
         self.shift_restarts(p.off, delta);
-        h.meta
+        h.entry
     }
 
     /// The first key (stored whole).
@@ -775,19 +832,21 @@ impl Leaf {
         key.truncate(h.shared);
         key.extend_from_slice(h.suffix(&self.buf));
         let mut right_buf = Vec::with_capacity(size_class(self.buf.len() - off + h.shared));
-        encode(&mut right_buf, 0, &key, h.meta);
+        encode(&mut right_buf, 0, &key, h.entry);
         right_buf.extend_from_slice(&self.buf[h.end..]);
         let mut right = Leaf::default();
         right.splice(0..0, &right_buf);
-        right.len = self.len - at as u32;
+        right.len = self.len - at as u16;
         right.reindex();
-        self.len = at as u32;
+        right.recount();
+        self.len = at as u16;
         let len = self.buf.len();
         self.splice(off..len, &[]);
         self.restarts.retain(|o| (*o as usize) < off);
         if self.restarts.is_empty() && !self.buf.is_empty() {
             self.restarts.push(0);
         }
+        self.recount();
         (right, last_left)
     }
 
@@ -812,6 +871,7 @@ impl Leaf {
             let len = self.buf.len();
             self.splice(0..len, &right.buf);
             self.len = right.len;
+            self.stamped = right.stamped;
             self.restarts = right.restarts.clone();
             return;
         }
@@ -820,11 +880,12 @@ impl Leaf {
         let first = h.suffix(&right.buf);
         let shared = lcp(&last, first);
         let mut tail = Vec::with_capacity(right.buf.len());
-        encode(&mut tail, shared, &first[shared..], h.meta);
+        encode(&mut tail, shared, &first[shared..], h.entry);
         tail.extend_from_slice(&right.buf[h.end..]);
         let len = self.buf.len();
         self.splice(len..len, &tail);
         self.len += right.len;
+        self.stamped += right.stamped;
         self.reindex();
     }
 
@@ -845,9 +906,9 @@ impl Leaf {
     }
 
     /// Reads the entry at `off` into `key` (which holds the previous key);
-    /// returns its metadata and the next offset, or `None` at the end.
+    /// returns the next offset and the entry, or `None` at the end.
     #[inline]
-    pub fn read(&self, off: usize, key: &mut Vec<u8>) -> Option<(usize, Meta)> {
+    pub fn read(&self, off: usize, key: &mut Vec<u8>) -> Option<(usize, Entry)> {
         (off < self.buf.len()).then(|| step(&self.buf, off, key))
     }
 
@@ -891,9 +952,9 @@ impl Leaf {
         }
     }
 
-    /// All entries, decoded (tests).
+    /// All entries, tombstones included, decoded (tests).
     #[cfg(test)]
-    pub fn entries(&self) -> Vec<(Vec<u8>, Meta)> {
+    pub fn entries(&self) -> Vec<(Vec<u8>, Entry)> {
         let mut out = Vec::new();
         let mut key = Vec::new();
         let mut off = 0;
@@ -949,7 +1010,8 @@ impl Merged {
             n => self.ends[n - 2].0,
         };
         let shared = lcp(&self.keys[prev_start..start], key);
-        self.est += Head::new(shared, key.len() - shared, meta).len() + key.len() - shared;
+        self.est +=
+            Head::new(shared, key.len() - shared, Entry::plain(meta)).len() + key.len() - shared;
         self.keys.extend_from_slice(key);
         self.ends.push((self.keys.len(), meta));
     }
@@ -966,7 +1028,7 @@ impl Merged {
         let mut buf: Vec<u8> = Vec::with_capacity(target + LEAF_MAX / 4);
         let mut restarts: ArrayVec<u16, RESTARTS> = ArrayVec::new();
         let mut run_start = 0;
-        let mut n = 0u32;
+        let mut n = 0u16;
         let mut prev_last: &[u8] = &[];
         for i in 0..self.ends.len() {
             let key = self.key(i);
@@ -974,7 +1036,7 @@ impl Merged {
             let prev = if n == 0 { &[][..] } else { self.key(i - 1) };
             // Cut before this entry once the leaf holds its share, or if it
             // would take the leaf past twice the limit (huge keys).
-            let entry = Head::new(0, key.len(), meta).len() + key.len();
+            let entry = Head::new(0, key.len(), Entry::plain(meta)).len() + key.len();
             if n > 0 && (buf.len() >= target || buf.len() + entry > 2 * LEAF_MAX) {
                 out(Leaf::of(&buf, n, std::mem::take(&mut restarts)), prev_last);
                 prev_last = prev;
@@ -988,10 +1050,10 @@ impl Merged {
             if restart {
                 run_start = buf.len();
                 restarts.push(buf.len() as u16);
-                encode(&mut buf, 0, key, meta);
+                encode(&mut buf, 0, key, Entry::plain(meta));
             } else {
                 let shared = lcp(self.key(i - 1), key);
-                encode(&mut buf, shared, &key[shared..], meta);
+                encode(&mut buf, shared, &key[shared..], Entry::plain(meta));
             }
             n += 1;
         }
@@ -1003,13 +1065,14 @@ impl Merged {
 impl Leaf {
     /// A leaf holding `buf`'s entries (`n` of them, restart points at
     /// `restarts`), in a buffer of its size class.
-    fn of(buf: &[u8], n: u32, restarts: ArrayVec<u16, RESTARTS>) -> Leaf {
+    fn of(buf: &[u8], n: u16, restarts: ArrayVec<u16, RESTARTS>) -> Leaf {
         let mut b = Vec::with_capacity(size_class(buf.len()));
         b.extend_from_slice(buf);
         count_bytes(b.capacity(), 0);
         Leaf {
             buf: b,
             len: n,
+            stamped: 0,
             restarts,
         }
     }
@@ -1028,7 +1091,8 @@ impl Leaf {
         loop {
             match (cur, ops.peek()) {
                 (None, None) => break,
-                (Some((next, m)), op) => {
+                (Some((next, e)), op) => {
+                    let m = e.meta;
                     let ord = op.map_or(std::cmp::Ordering::Less, |(k, _)| key[..].cmp(k));
                     match ord {
                         std::cmp::Ordering::Less => {
@@ -1078,11 +1142,11 @@ impl Leaf {
 /// Decodes the entry at `off` over `key`; returns the next offset and the
 /// entry's metadata.
 #[inline]
-fn step(buf: &[u8], off: usize, key: &mut Vec<u8>) -> (usize, Meta) {
+fn step(buf: &[u8], off: usize, key: &mut Vec<u8>) -> (usize, Entry) {
     let h = hdr(buf, off);
     key.truncate(h.shared);
     key.extend_from_slice(h.suffix(buf));
-    (h.end, h.meta)
+    (h.end, h.entry)
 }
 
 /// Writes into `out` the first `out.len()` bytes of the key of the entry
@@ -1126,7 +1190,7 @@ mod speed {
                     format!("{:016x}-{:019x}", h >> 8 << 8, h.rotate_left(17) >> 12).into_bytes()
                 }
             };
-            let meta = Meta::new(STRING, None);
+            let meta = Entry::plain(Meta::new(STRING, None));
             let mut all: Vec<Vec<u8>> = Vec::new();
             let mut l = Leaf::default();
             let mut i = 0;
@@ -1169,9 +1233,9 @@ mod speed {
             let t0 = cpu_ns();
             for r in 0..rounds {
                 let p = l.find(&all[pick(r)]);
-                l.set_meta(
+                l.set_entry(
                     &p,
-                    Meta::new(STRING, Some((r % 2) as i64 * 1_900_000_000_000)),
+                    Entry::plain(Meta::new(STRING, Some((r % 2) as i64 * 1_900_000_000_000))),
                 );
             }
             let set = (cpu_ns() - t0) as f64 / rounds as f64;
@@ -1197,7 +1261,7 @@ mod tests {
         for k in keys {
             let p = l.find(k);
             assert!(!p.found);
-            l.insert_at(&p, k, Meta::new(STRING, None));
+            l.insert_at(&p, k, Entry::plain(Meta::new(STRING, None)));
         }
         l
     }
@@ -1221,7 +1285,7 @@ mod tests {
     #[case(300)]
     #[case(1 << 40)]
     fn varints_round_trip(#[case] v: usize) {
-        let h = Head::new(v, 0, Meta::new(STRING, None));
+        let h = Head::new(v, 0, Entry::plain(Meta::new(STRING, None)));
         let b = h.bytes();
         let mut off = 0;
         assert_eq!(get_varint(b, &mut off), v);
@@ -1235,11 +1299,16 @@ mod tests {
     #[case(0x7e, None)]
     #[case(0x7f, Some(0))]
     #[case(0xff, Some(i64::MAX / 4096))]
-    fn metas_round_trip(#[case] ty: TypeId, #[case] exp: Option<i64>) {
-        let m = Meta::new(ty, exp);
+    fn metas_round_trip(
+        #[case] ty: TypeId,
+        #[case] exp: Option<i64>,
+        #[values(Stamp::NONE, Stamp::born(1), Stamp::dead(1 << 40))] stamp: Stamp,
+    ) {
+        let m = Entry::new(Meta::new(ty, exp), stamp);
         let l = Leaf::with(b"k", m);
         assert_eq!(l.get(b"k"), Some(m));
         assert_eq!(l.entries(), vec![(b"k".to_vec(), m)]);
+        assert_eq!(l.stamped(), usize::from(!stamp.is_none()));
     }
 
     #[test]
@@ -1319,7 +1388,7 @@ mod tests {
     /// leaf, so no whole entry is left that is not a restart point.
     #[test]
     fn restart_points_pushed_past_u16_are_re_encoded() {
-        let plain = Meta::new(STRING, None);
+        let plain = Entry::plain(Meta::new(STRING, None));
         let huge = [b"b".as_slice(), &vec![b'x'; 65_300]].concat();
         let mut keys: Vec<Vec<u8>> = vec![b"a".to_vec(), huge.clone()];
         let mut l = Leaf::with(b"a", plain);
@@ -1351,7 +1420,7 @@ mod tests {
 
     #[derive(Debug, Clone)]
     enum Op {
-        Put(Vec<u8>, u8, Option<i64>),
+        Put(Vec<u8>, u8, Option<i64>, u64),
         Del(Vec<u8>),
         Split(usize),
     }
@@ -1366,7 +1435,8 @@ mod tests {
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            5 => (key(), any::<u8>(), proptest::option::of(0i64..1 << 50)).prop_map(|(k, t, e)| Op::Put(k, t, e)),
+            5 => (key(), any::<u8>(), proptest::option::of(0i64..1 << 50), prop_oneof![3 => Just(0u64), 1 => 2u64..1 << 40])
+                .prop_map(|(k, t, e, s)| Op::Put(k, t, e, s)),
             3 => key().prop_map(Op::Del),
             1 => (0usize..100).prop_map(Op::Split),
         ]
@@ -1378,14 +1448,14 @@ mod tests {
         #[test]
         fn behaves_like_btreemap(ops in proptest::collection::vec(op(), 1..200)) {
             let mut l = Leaf::default();
-            let mut model: BTreeMap<Vec<u8>, Meta> = BTreeMap::new();
+            let mut model: BTreeMap<Vec<u8>, Entry> = BTreeMap::new();
             for o in ops {
                 match o {
-                    Op::Put(k, t, e) => {
-                        let m = Meta::new(t, e);
+                    Op::Put(k, t, e, s) => {
+                        let m = Entry::new(Meta::new(t, e), Stamp::from_raw(s));
                         let p = l.find(&k);
                         prop_assert_eq!(p.found, model.contains_key(&k));
-                        if p.found { l.set_meta(&p, m) } else { l.insert_at(&p, &k, m) }
+                        if p.found { l.set_entry(&p, m) } else { l.insert_at(&p, &k, m) }
                         model.insert(k, m);
                     }
                     Op::Del(k) => {
@@ -1403,10 +1473,11 @@ mod tests {
                         }
                     }
                 }
-                let want: Vec<(Vec<u8>, Meta)> = model.iter().map(|(k, v)| (k.clone(), *v)).collect();
+                let want: Vec<(Vec<u8>, Entry)> = model.iter().map(|(k, v)| (k.clone(), *v)).collect();
                 prop_assert_eq!(l.entries(), want);
                 l.check_restarts();
                 prop_assert_eq!(l.len(), model.len());
+                prop_assert_eq!(l.stamped(), model.values().filter(|e| !e.stamp.is_none()).count());
                 if let Some((k, _)) = model.iter().next() {
                     prop_assert_eq!(l.first_key(), &k[..]);
                 }
@@ -1457,8 +1528,8 @@ mod tests {
         }
 
         #[test]
-        fn heads_decode(shared in 0usize..1 << 40, len in 0usize..1 << 20, ty in any::<u8>(), exp in proptest::option::of(0i64..1 << 50)) {
-            let m = Meta::new(ty, exp);
+        fn heads_decode(shared in 0usize..1 << 40, len in 0usize..1 << 20, ty in any::<u8>(), exp in proptest::option::of(0i64..1 << 50), stamp in prop_oneof![Just(0u64), 2u64..1 << 40, Just(u64::MAX)]) {
+            let m = Entry::new(Meta::new(ty, exp), Stamp::from_raw(stamp));
             let head = Head::new(shared, len, m);
             let mut buf = head.bytes().to_vec();
             buf.resize(buf.len() + len, 7);
@@ -1466,7 +1537,9 @@ mod tests {
             prop_assert_eq!(h.shared, shared);
             prop_assert_eq!(h.body, head.len());
             prop_assert_eq!(h.end, buf.len());
-            prop_assert_eq!(h.meta, m);
+            prop_assert_eq!(h.entry, m);
+            let s = span(&buf, 0);
+            prop_assert_eq!((s.body, s.end), (h.body, h.end));
         }
 
         /// `prefix_into` rebuilds any prefix of every key from the headers.

@@ -157,9 +157,11 @@ pub struct Figures {
     /// Bytes of the tree nodes reachable from the live maps (the rest of
     /// [`super::tree::all_node_bytes`] is held by old versions).
     pub live_node_bytes: usize,
-    /// Entries of the undo logs (old values kept for open snapshots) and
-    /// their node bytes (part of what old versions hold).
+    /// Entries of the undo logs (old values kept for open snapshots), live
+    /// entries keeping a change in place (a stamp or a tombstone), and the
+    /// bytes of both (part of what old versions hold).
     pub history_entries: usize,
+    pub history_in_place: usize,
     pub history_bytes: usize,
 }
 
@@ -173,7 +175,8 @@ impl Figures {
             versions: (0..ks.databases()).map(|db| ks.version(db)).collect(),
             live_node_bytes: ks.live_node_bytes(),
             history_entries: ks.history_size().0,
-            history_bytes: ks.history_size().1,
+            history_in_place: ks.history_size().1,
+            history_bytes: ks.history_size().2,
         }
     }
 }

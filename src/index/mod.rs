@@ -11,6 +11,7 @@
 //! server-lock holder's part of the filter is a [`live::FilterCache`] it
 //! owns and lends.
 
+pub mod entry;
 pub mod filter;
 pub mod history;
 pub mod key;
@@ -22,6 +23,7 @@ pub mod recent;
 pub mod tree;
 pub mod walk;
 
+pub use entry::{Entry, Stamp};
 pub use key::{Key, KeyProbe};
 pub use live::{Live, Op};
 pub use meta::{Meta, TypeId, TypeNames};
@@ -30,6 +32,7 @@ pub use tree::KeyMap;
 
 use crate::slot::SlotSet;
 use arrayvec::ArrayVec;
+use history::Keep;
 
 use std::sync::Arc;
 
@@ -47,8 +50,98 @@ struct DbIndex {
     map: KeyMap,
     /// Bumped on every change; snapshots remember the version they saw.
     version: u64,
-    /// Old values of the keys changed while snapshots are open.
+    /// Old values of the keys changed while snapshots are open (beside
+    /// those the live entries keep: see [`entry`]).
     undo: history::Undo,
+}
+
+impl DbIndex {
+    /// Makes `key`, whose live entry is `current` (found at `at`, if the
+    /// caller looked), what `truth` says, keeping for open snapshots what
+    /// they may read of its value before:
+    /// - a deletion leaves a tombstone with its version, a creation a
+    ///   stamp with its version (or over a tombstone, moves the tombstone's
+    ///   deletion to the undo log first);
+    /// - a change of a key that stays goes to the undo log;
+    /// - a change no snapshot reads (the key changed after the newest)
+    ///   keeps only what earlier changes kept; with no snapshot open,
+    ///   nothing is kept and the entry loses its stamp.
+    fn write(
+        &mut self,
+        key: &[u8],
+        current: Option<Entry>,
+        truth: Option<Meta>,
+        at: Option<&tree::Located>,
+    ) -> Change {
+        let alive = current.and_then(Entry::alive);
+        if alive == truth {
+            return Change::Unchanged;
+        }
+        let v = self.version + 1;
+        let stamp = current.map_or(Stamp::NONE, |e| e.stamp);
+        let keep = self.undo.keeps(key, stamp);
+        let (new, change) = match (alive, truth) {
+            (Some(a), Some(t)) => {
+                if keep == Keep::This {
+                    self.undo.record(key, v, Some(a));
+                }
+                // A creation stamp stays true of a key that stays.
+                let s = if keep == Keep::Nothing {
+                    Stamp::NONE
+                } else {
+                    stamp
+                };
+                (Some(Entry::new(t, s)), Change::Updated)
+            }
+            (Some(a), None) => {
+                // The entry's creation stamp goes to the log if a snapshot
+                // may read it: the tombstone takes its place, or the entry
+                // goes while a later change is in the log (a snapshot
+                // older than the creation would read that one instead). A
+                // creation after the newest snapshot has no later change
+                // in the log, and the key's absence says the same.
+                let s = stamp.version();
+                match (keep, s) {
+                    (Keep::This, Some(s)) => self.undo.record(key, s, None),
+                    (Keep::Kept, Some(s)) if s <= self.undo.newest() => {
+                        self.undo.record(key, s, None)
+                    }
+                    _ => {}
+                }
+                let new = (keep == Keep::This).then(|| Entry::new(a, Stamp::dead(v)));
+                (new, Change::Removed)
+            }
+            (None, Some(t)) => {
+                // Over a tombstone: its deletion goes to the log, unless
+                // every snapshot that reads it sees the same (it came after
+                // the newest one, and the key comes back as it was).
+                if let Some(c) = current {
+                    let same = keep == Keep::Kept && c.meta == t;
+                    if let (Some(d), false, false) =
+                        (c.stamp.version(), keep == Keep::Nothing, same)
+                    {
+                        self.undo.record(key, d, Some(c.meta));
+                    }
+                }
+                let s = if keep == Keep::This {
+                    Stamp::born(v)
+                } else {
+                    Stamp::NONE
+                };
+                (Some(Entry::new(t, s)), Change::Inserted)
+            }
+            (None, None) => return Change::Unchanged,
+        };
+        match (new, current, at) {
+            (Some(e), _, Some(at)) => self.map.put_located(key, e, at),
+            (Some(e), _, None) => self.map.put_changed(key, e),
+            (None, Some(_), Some(at)) => self.map.remove_located(key, at),
+            (None, Some(_), None) => self.map.remove_present(key),
+            (None, None, _) => None,
+        };
+        self.version = v;
+        change
+    }
 }
 
 /// Live index of every database.
@@ -157,43 +250,19 @@ impl Keyspace {
         db: usize,
         key: &Key,
         truth: Option<Meta>,
-        current: Option<Option<Meta>>,
+        current: Option<Option<Entry>>,
         at: Option<&tree::Located>,
     ) -> Change {
         let d = self.db_mut(db);
-        let (change, old) = match (truth, current) {
-            (t, Some(c)) if t == c => return Change::Unchanged,
-            (Some(m), Some(c)) => {
-                match at {
-                    Some(at) => d.map.insert_located(key.as_bytes(), m, at),
-                    None => d.map.insert_changed(key.as_bytes(), m),
-                };
-                if c.is_some() {
-                    (Change::Updated, c)
-                } else {
-                    (Change::Inserted, c)
-                }
-            }
-            (Some(m), None) => match d.map.insert(key.as_bytes(), m) {
-                None => (Change::Inserted, None),
-                Some(old) if old == m => return Change::Unchanged,
-                Some(old) => (Change::Updated, Some(old)),
-            },
-            (None, Some(c @ Some(_))) => {
-                match at {
-                    Some(at) => d.map.remove_located(key.as_bytes(), at),
-                    None => d.map.remove_present(key.as_bytes()),
-                };
-                (Change::Removed, c)
-            }
-            (None, _) => match d.map.remove(key.as_bytes()) {
-                None => return Change::Unchanged,
-                Some(old) => (Change::Removed, Some(old)),
-            },
+        let key = key.as_bytes();
+        let (current, at) = match current {
+            Some(c) => (c, at),
+            None => (d.map.get_entry(key), None),
         };
-        d.version += 1;
-        d.undo.record(key.as_bytes(), d.version, old);
-        d.undo.changed(&d.map, d.version);
+        let change = d.write(key, current, truth, at);
+        if change != Change::Unchanged {
+            d.undo.changed(&d.map, d.version);
+        }
         change
     }
 
@@ -236,7 +305,7 @@ impl Keyspace {
                     Some((m, at)) if one_db && !stale(at.as_ref()) => (Some(*m), at.as_ref()),
                     _ => (None, None),
                 };
-                if current == Some(*truth) {
+                if current.is_some_and(|c| c.and_then(Entry::alive) == *truth) {
                     continue;
                 }
                 if self.apply_known(*db, key, *truth, current, at) != Change::Unchanged {
@@ -323,12 +392,11 @@ impl Keyspace {
                 continue;
             }
             for k in &doomed {
-                if let Some(old) = d.map.remove(k) {
-                    d.undo.record(k, d.version + 1, Some(old));
+                let current = d.map.get_entry(k);
+                if d.write(k, current, None, None) == Change::Removed {
                     removed += 1;
                 }
             }
-            d.version += 1;
             d.undo.changed(&d.map, d.version);
         }
         removed
@@ -351,20 +419,26 @@ impl Keyspace {
         let mut left = budget;
         let mut all_done = true;
         for d in &mut self.dbs {
-            if d.undo.is_empty() && !d.undo.viewed() {
+            if d.undo.is_empty() && !d.undo.viewed() && d.map.stamped() == 0 {
                 continue;
             }
             if left == 0 {
                 all_done = false;
                 continue;
             }
-            let n = d.undo.len().min(left);
-            let (log, done) = d.undo.collect(n.max(1), d.version);
+            // The live sweep's work is in entries and leaves, not stamps:
+            // it may take what is left.
+            let n = if d.map.stamped() > 0 {
+                left
+            } else {
+                d.undo.len().min(left)
+            };
+            let (log, done, used) = d.undo.collect(&mut d.map, n.max(1), d.version);
             if let Some(log) = log {
                 self.garbage.push(log);
             }
             all_done &= done;
-            left = left.saturating_sub(n);
+            left = left.saturating_sub(used.max(1).min(n.max(1)));
         }
         all_done
     }
@@ -377,11 +451,18 @@ impl Keyspace {
         }
     }
 
-    /// Undo entries and their node bytes, all databases.
-    pub fn history_size(&self) -> (usize, usize) {
-        self.dbs
-            .iter()
-            .fold((0, 0), |(n, b), d| (n + d.undo.len(), b + d.undo.bytes()))
+    /// Old values kept for open snapshots, all databases: undo entries,
+    /// live entries with a stamp (tombstones included), and the bytes of
+    /// both (the undo log's nodes; the live map's share estimated, see
+    /// [`KeyMap::kept_bytes`]).
+    pub fn history_size(&self) -> (usize, usize, usize) {
+        self.dbs.iter().fold((0, 0, 0), |(n, s, b), d| {
+            (
+                n + d.undo.len(),
+                s + d.map.stamped(),
+                b + d.undo.bytes() + d.map.kept_bytes(),
+            )
+        })
     }
 
     /// Maps dropped by the index, to free off the main thread.
@@ -413,9 +494,13 @@ impl Keyspace {
         self.dbs.iter().map(|d| d.map.live_bytes()).sum()
     }
 
-    /// Bytes of the nodes reachable from the live maps (O(databases)).
+    /// Bytes of the nodes reachable from the live maps, less what their
+    /// tombstones and stamps keep for old versions (O(databases)).
     pub fn live_node_bytes(&self) -> usize {
-        self.dbs.iter().map(|d| d.map.live_bytes()).sum()
+        self.dbs
+            .iter()
+            .map(|d| d.map.live_bytes() - d.map.kept_bytes())
+            .sum()
     }
 
     pub fn total_keys(&self) -> usize {

@@ -29,7 +29,7 @@
 #[cfg(test)]
 use super::leaf::Merged;
 use super::leaf::{count_bytes, lcp, Leaf, Probe, LEAF_MAX, LEAF_MIN};
-use super::{Key, KeyProbe, Meta};
+use super::{Entry, Key, KeyProbe, Meta};
 use arrayvec::ArrayVec;
 use std::ops::Bound;
 use std::sync::Arc;
@@ -342,7 +342,12 @@ impl Route<'_> {
 #[derive(Clone, Default)]
 pub struct KeyMap {
     root: Option<Arc<Node>>,
+    /// Entries that are not tombstones.
     len: usize,
+    /// Tombstones (see [`Entry`]).
+    dead: usize,
+    /// Entries with a stamp, tombstones included.
+    stamped: usize,
     /// Bytes of the nodes reachable from `root`.
     live_bytes: usize,
     /// What the last write changed (see [`Located::survives`]).
@@ -354,12 +359,57 @@ impl KeyMap {
         Self::default()
     }
 
+    /// Keys (tombstones are not keys).
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether the map has no key (it may still hold tombstones).
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// Tombstones.
+    pub fn dead(&self) -> usize {
+        self.dead
+    }
+
+    /// Entries with a stamp (tombstones included): what the collector
+    /// has to examine in the live map.
+    pub fn stamped(&self) -> usize {
+        self.stamped
+    }
+
+    /// An estimate of the node bytes that only old versions need: each
+    /// tombstone at the map's mean bytes per entry, and 4 bytes per stamp
+    /// of a key that is alive.
+    pub fn kept_bytes(&self) -> usize {
+        let entries = self.len + self.dead;
+        let per_entry = self.live_bytes.checked_div(entries).unwrap_or(0);
+        (self.dead * per_entry + (self.stamped - self.dead.min(self.stamped)) * 4)
+            .min(self.live_bytes)
+    }
+
+    /// Adjusts the counts for an entry that went from `old` to `new`.
+    #[inline]
+    fn count(&mut self, old: Option<Entry>, new: Option<Entry>) {
+        for (e, add) in [(old, false), (new, true)] {
+            let Some(e) = e else { continue };
+            let (alive, dead, stamped) = (
+                usize::from(!e.is_dead()),
+                usize::from(e.is_dead()),
+                usize::from(!e.stamp.is_none()),
+            );
+            if add {
+                self.len += alive;
+                self.dead += dead;
+                self.stamped += stamped;
+            } else {
+                self.len -= alive;
+                self.dead -= dead;
+                self.stamped -= stamped;
+            }
+        }
     }
 
     /// Bytes of the nodes this version reaches (shared ones included).
@@ -378,7 +428,13 @@ impl KeyMap {
         }
     }
 
+    /// The key's metadata (`None` for a tombstone).
     pub fn get(&self, key: &[u8]) -> Option<Meta> {
+        self.leaf_for(key)?.get(key)?.alive()
+    }
+
+    /// The key's entry, tombstone or not.
+    pub fn get_entry(&self, key: &[u8]) -> Option<Entry> {
         self.leaf_for(key)?.get(key)
     }
 
@@ -390,7 +446,7 @@ impl KeyMap {
     /// wait together instead of one after the other. Each key's value comes
     /// with where it was found, for a write that follows
     /// ([`insert_located`](Self::insert_located)).
-    pub fn locate_many(&self, keys: &[&[u8]], out: &mut Vec<(Option<Meta>, Option<Located>)>) {
+    pub fn locate_many(&self, keys: &[&[u8]], out: &mut Vec<(Option<Entry>, Option<Located>)>) {
         out.clear();
         let Some(root) = self.root.as_ref() else {
             out.resize(keys.len(), (None, None));
@@ -439,7 +495,7 @@ impl KeyMap {
                 out.push(match &***arc {
                     Node::Leaf(l) if path.len() == height => {
                         let probe = l.find(k);
-                        let meta = probe.found.then(|| l.meta_at(&probe));
+                        let meta = probe.found.then(|| l.entry_at(&probe));
                         (
                             meta,
                             Some(Located {
@@ -448,7 +504,7 @@ impl KeyMap {
                             }),
                         )
                     }
-                    _ => (self.get(k), None),
+                    _ => (self.get_entry(k), None),
                 });
             }
         }
@@ -460,44 +516,53 @@ impl KeyMap {
         &self.touched
     }
 
-    /// Inserts or replaces; returns the previous value. A write that
+    /// Inserts or replaces a key with no stamp; returns its previous
+    /// metadata (`None` if it was absent or a tombstone). A write that
     /// changes nothing copies no node (a first, read-only descent checks).
     pub fn insert(&mut self, key: &[u8], meta: Meta) -> Option<Meta> {
-        if self.get(key) == Some(meta) {
-            return Some(meta);
+        self.put(key, Entry::plain(meta)).and_then(Entry::alive)
+    }
+
+    /// Inserts or replaces the key's entry; returns the previous one. A
+    /// write that changes nothing copies no node.
+    pub fn put(&mut self, key: &[u8], entry: Entry) -> Option<Entry> {
+        if let Some(old) = self.get_entry(key) {
+            if old == entry {
+                return Some(old);
+            }
         }
-        self.insert_changed(key, meta)
+        self.put_changed(key, entry)
     }
 
-    /// [`insert`](Self::insert) for a caller that knows the key does not
-    /// already hold `meta` (no read-only descent first).
-    pub fn insert_changed(&mut self, key: &[u8], meta: Meta) -> Option<Meta> {
-        self.insert_by(key, meta, Route::Search)
+    /// [`put`](Self::put) for a caller that knows the key does not
+    /// already hold `entry` (no read-only descent first).
+    pub fn put_changed(&mut self, key: &[u8], entry: Entry) -> Option<Entry> {
+        self.insert_by(key, entry, Route::Search)
     }
 
-    /// [`insert_changed`](Self::insert_changed) where `at` says (see
+    /// [`put_changed`](Self::put_changed) where `at` says (see
     /// [`Located`]: the caller guarantees it is still valid), without
     /// searching the branches or the leaf again.
-    pub fn insert_located(&mut self, key: &[u8], meta: Meta, at: &Located) -> Option<Meta> {
+    pub fn put_located(&mut self, key: &[u8], entry: Entry, at: &Located) -> Option<Entry> {
         self.insert_by(
             key,
-            meta,
+            entry,
             Route::Known(at.path.as_slice(), at.probe.as_ref()),
         )
     }
 
-    fn insert_by(&mut self, key: &[u8], meta: Meta, route: Route<'_>) -> Option<Meta> {
+    fn insert_by(&mut self, key: &[u8], entry: Entry, route: Route<'_>) -> Option<Entry> {
         let mut e = Edit::default();
         let Some(root) = self.root.as_mut() else {
-            let root = new_node(Node::Leaf(Leaf::with(key, meta)));
+            let root = new_node(Node::Leaf(Leaf::with(key, entry)));
             self.live_bytes = bytes(&root);
             self.root = Some(root);
-            self.len = 1;
+            self.count(None, Some(entry));
             self.touched = Touched::default();
             self.touched.reshaped = Some(0);
             return None;
         };
-        let (old, split) = insert(root, key, meta, &mut e, route);
+        let (old, split) = insert(root, key, entry, &mut e, route);
         // The root split: a new root above its two halves.
         if let Some((sep, right)) = split {
             let mut b = Branch {
@@ -512,9 +577,7 @@ impl KeyMap {
             e.reshape(0);
             self.root = Some(root);
         }
-        if old.is_none() {
-            self.len += 1;
-        }
+        self.count(old, Some(entry));
         self.touched = e.touched;
         self.live_bytes = self.live_bytes.saturating_add_signed(e.bytes);
         old
@@ -568,32 +631,31 @@ impl KeyMap {
         st.changed
     }
 
-    /// Removes `key`; returns its value if it was present. A missing key
-    /// copies no node.
+    /// Removes `key`'s entry (a tombstone too); returns its metadata if
+    /// it was a key. A missing key copies no node.
     pub fn remove(&mut self, key: &[u8]) -> Option<Meta> {
-        self.get(key)?;
-        self.remove_present(key)
+        self.get_entry(key)?;
+        self.remove_present(key).and_then(Entry::alive)
     }
 
-    /// [`remove`](Self::remove) for a caller that knows the key is present
-    /// (no read-only descent first; a missing key would copy its path).
-    pub fn remove_present(&mut self, key: &[u8]) -> Option<Meta> {
+    /// Removes the entry of a key the caller knows is present (no
+    /// read-only descent first; a missing key would copy its path);
+    /// returns it.
+    pub fn remove_present(&mut self, key: &[u8]) -> Option<Entry> {
         self.remove_by(key, Route::Search)
     }
 
     /// [`remove_present`](Self::remove_present) where `at` says (see
-    /// [`insert_located`](Self::insert_located)).
-    pub fn remove_located(&mut self, key: &[u8], at: &Located) -> Option<Meta> {
+    /// [`put_located`](Self::put_located)).
+    pub fn remove_located(&mut self, key: &[u8], at: &Located) -> Option<Entry> {
         self.remove_by(key, Route::Known(at.path.as_slice(), at.probe.as_ref()))
     }
 
-    fn remove_by(&mut self, key: &[u8], route: Route<'_>) -> Option<Meta> {
+    fn remove_by(&mut self, key: &[u8], route: Route<'_>) -> Option<Entry> {
         let mut e = Edit::default();
         let root = self.root.as_mut()?;
         let removed = remove(root, key, &mut e, route);
-        if removed.is_some() {
-            self.len -= 1;
-        }
+        self.count(removed, None);
         // Collapse a root left with one child, or an empty root.
         while let Some(r) = self.root.as_deref() {
             match r {
@@ -624,6 +686,7 @@ impl KeyMap {
             leaf: None,
             off: 0,
             key: Vec::new(),
+            skipped: None,
         };
         let Some(mut node) = self.root.as_deref() else {
             return it;
@@ -676,12 +739,17 @@ impl KeyMap {
             depth: usize,
             leaves: &mut Vec<usize>,
             bytes_seen: &mut usize,
+            kept: &mut [usize; 2],
         ) -> usize {
             *bytes_seen += bytes(n);
             match n {
                 Node::Leaf(l) => {
                     assert!(!l.is_empty(), "empty leaf");
                     let e = l.entries();
+                    let stamped = e.iter().filter(|(_, x)| !x.stamp.is_none()).count();
+                    assert_eq!(l.stamped(), stamped, "leaf's stamp count");
+                    kept[0] += e.iter().filter(|(_, x)| x.is_dead()).count();
+                    kept[1] += stamped;
                     assert!(e.windows(2).all(|w| w[0].0 < w[1].0), "leaf out of order");
                     assert!(
                         lo.is_none_or(|lo| &e[0].0[..] >= lo),
@@ -714,7 +782,7 @@ impl KeyMap {
                         } else {
                             Some(b.keys[i].as_bytes())
                         };
-                        total += walk(c, l, h, depth + 1, leaves, bytes_seen);
+                        total += walk(c, l, h, depth + 1, leaves, bytes_seen, kept);
                     }
                     total
                 }
@@ -722,11 +790,12 @@ impl KeyMap {
         }
         let mut leaves = Vec::new();
         let mut seen = 0;
-        let n = self
-            .root
-            .as_deref()
-            .map_or(0, |r| walk(r, None, None, 0, &mut leaves, &mut seen));
-        assert_eq!(n, self.len, "len");
+        let mut kept = [0, 0];
+        let n = self.root.as_deref().map_or(0, |r| {
+            walk(r, None, None, 0, &mut leaves, &mut seen, &mut kept)
+        });
+        assert_eq!(n, self.len + self.dead, "entries");
+        assert_eq!(kept, [self.dead, self.stamped], "tombstones and stamps");
         assert_eq!(seen, self.live_bytes, "live bytes");
         assert!(
             leaves.windows(2).all(|w| w[0] == w[1]),
@@ -755,6 +824,8 @@ impl KeyMap {
             len: self.len,
             live_bytes: self.live_bytes,
             touched: Touched::default(),
+            dead: self.dead,
+            stamped: self.stamped,
         }
     }
 
@@ -793,17 +864,17 @@ impl KeyMap {
 fn insert(
     node: &mut Arc<Node>,
     key: &[u8],
-    meta: Meta,
+    meta: Entry,
     e: &mut Edit,
     route: Route<'_>,
-) -> (Option<Meta>, Split) {
+) -> (Option<Entry>, Split) {
     let before = bytes(node) as isize;
     let out = match Arc::make_mut(node) {
         Node::Leaf(l) => {
             let p = route.probe(l, key);
             if p.found {
-                let old = l.meta_at(&p);
-                l.set_meta(&p, meta);
+                let old = l.entry_at(&p);
+                l.set_entry(&p, meta);
                 (Some(old), None)
             } else {
                 // Past the end of a full leaf: an ascending stream, whose
@@ -883,7 +954,7 @@ fn split_branch(b: &mut Branch, at: usize) -> (Key, Branch) {
     (up, Branch { keys, children })
 }
 
-fn remove(node: &mut Arc<Node>, key: &[u8], e: &mut Edit, route: Route<'_>) -> Option<Meta> {
+fn remove(node: &mut Arc<Node>, key: &[u8], e: &mut Edit, route: Route<'_>) -> Option<Entry> {
     let before = bytes(node) as isize;
     let out = match Arc::make_mut(node) {
         Node::Leaf(l) => {
@@ -1135,6 +1206,9 @@ pub struct Iter<'a> {
     off: usize,
     /// The last key read (the next entry is coded against it).
     key: Vec<u8>,
+    /// A leaf [`next_stamped`](Iter::next_stamped) passed whole since the
+    /// last entry decoded.
+    skipped: Option<&'a Leaf>,
 }
 
 impl Iter<'_> {
@@ -1143,38 +1217,101 @@ impl Iter<'_> {
         &self.key
     }
 
-    /// The next entry: its key (valid until the next call) and metadata.
+    /// The next key (tombstones skipped): its key (valid until the next
+    /// call) and metadata.
+    #[inline]
     pub fn next_entry(&mut self) -> Option<(&[u8], Meta)> {
         loop {
-            let leaf = self.leaf?;
-            if let Some((next, m)) = leaf.read(self.off, &mut self.key) {
-                self.off = next;
-                return Some((&self.key, m));
+            let e = self.next_raw()?.1;
+            if !e.is_dead() {
+                return Some((&self.key, e.meta));
             }
-            // Climb to the first branch with a child to the right, then
-            // descend to that child's leftmost leaf.
-            let mut node = loop {
-                let Some((b, i)) = self.stack.last_mut() else {
-                    self.leaf = None;
-                    return None;
-                };
-                if *i + 1 < b.children.len() {
-                    *i += 1;
-                    break &*b.children[*i];
+        }
+    }
+
+    /// The next entry, tombstones included.
+    pub fn next_raw(&mut self) -> Option<(&[u8], Entry)> {
+        loop {
+            if let Some(e) = self.step() {
+                return Some((&self.key, e));
+            }
+            self.next_leaf()?;
+        }
+    }
+
+    /// The next entry with a stamp, examining at most `budget` entries
+    /// (`None` when the budget runs out first, or at the end: see
+    /// [`at_end`](Self::at_end) and [`position`](Self::position)). A leaf
+    /// with no stamp is passed whole without being decoded, for one unit
+    /// of the budget.
+    pub fn next_stamped(&mut self, budget: &mut usize) -> Option<(&[u8], Entry)> {
+        while *budget > 0 {
+            *budget -= 1;
+            let leaf = self.leaf?;
+            if self.off == 0 && leaf.stamped() == 0 {
+                self.skipped = Some(leaf);
+                self.next_leaf();
+                continue;
+            }
+            match self.step() {
+                Some(e) if !e.stamp.is_none() => return Some((&self.key, e)),
+                Some(_) => {}
+                None => {
+                    self.next_leaf();
                 }
-                self.stack.pop();
+            }
+        }
+        None
+    }
+
+    /// Whether the reader has passed the last entry of its map.
+    pub fn at_end(&self) -> bool {
+        self.leaf.is_none()
+    }
+
+    /// The last key examined (decoded if [`next_stamped`](Self::next_stamped)
+    /// passed its leaf whole): a later reader resumes after it.
+    pub fn position(&self) -> Vec<u8> {
+        match self.skipped {
+            Some(l) => l.last_key(),
+            None => self.key.clone(),
+        }
+    }
+
+    /// Decodes the next entry of the current leaf.
+    #[inline]
+    fn step(&mut self) -> Option<Entry> {
+        let (next, e) = self.leaf?.read(self.off, &mut self.key)?;
+        self.off = next;
+        self.skipped = None;
+        Some(e)
+    }
+
+    /// Moves to the first entry of the next leaf; `None` at the map's end.
+    fn next_leaf(&mut self) -> Option<()> {
+        // Climb to the first branch with a child to the right, then
+        // descend to that child's leftmost leaf.
+        let mut node = loop {
+            let Some((b, i)) = self.stack.last_mut() else {
+                self.leaf = None;
+                return None;
             };
-            loop {
-                match node {
-                    Node::Branch(b) => {
-                        self.stack.push((b, 0));
-                        node = &b.children[0];
-                    }
-                    Node::Leaf(l) => {
-                        self.leaf = Some(l);
-                        self.off = 0;
-                        break;
-                    }
+            if *i + 1 < b.children.len() {
+                *i += 1;
+                break &*b.children[*i];
+            }
+            self.stack.pop();
+        };
+        loop {
+            match node {
+                Node::Branch(b) => {
+                    self.stack.push((b, 0));
+                    node = &b.children[0];
+                }
+                Node::Leaf(l) => {
+                    self.leaf = Some(l);
+                    self.off = 0;
+                    return Some(());
                 }
             }
         }
