@@ -7,6 +7,7 @@ mod common;
 
 use common::*;
 use redis::{Connection, Value};
+use rstest::rstest;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -89,26 +90,39 @@ fn an_iteration_open_across_writes_to_every_key_completes_exactly() {
     wait_until("the old values emptied", WAIT, || kept(&mut con) == 0);
 }
 
-#[test]
-fn an_iteration_holds_only_what_it_has_not_passed() {
+/// Served by a worker (large pages), on the main thread (small pages), or
+/// as a client's native `SCAN` (`snapshot.serve-native all`, small pages):
+/// each way, the pages tell the snapshot what the iteration has passed.
+#[rstest]
+#[case::worker_pages("SNAPSHOT.SCAN", 5000)]
+#[case::main_thread_pages("SNAPSHOT.SCAN", 10)]
+#[case::served_native_scan("SCAN", 10)]
+fn an_iteration_holds_only_what_it_has_not_passed(#[case] cmd: &str, #[case] count: usize) {
     const N: u64 = 50_000;
     let server = Server::start();
     let mut con = server.client();
     let _: Value = query(&mut con, &["DEBUG", "POPULATE", &N.to_string()]).unwrap();
     settled(&mut con);
-    // Nine tenths of the keyspace read (pages of 5,000).
+    if cmd == "SCAN" {
+        config_set(&mut con, "snapshot.serve-native", "all");
+    }
+    let count = count.to_string();
+    // Nine tenths of the keyspace read.
     let mut cursor = "0".to_string();
     let mut seen = 0usize;
+    let mut pages = 0;
     while seen < 45_000 {
         let (next, keys): (String, Vec<String>) =
-            query(&mut con, &["SNAPSHOT.SCAN", &cursor, "COUNT", "5000"]).unwrap();
+            query(&mut con, &[cmd, &cursor, "COUNT", &count]).unwrap();
         seen += keys.len();
         cursor = next;
+        pages += 1;
+        assert!(pages < 20_000, "the iteration reads nine tenths");
     }
     // The next page marks the keys before it passed (a retry resends only
     // the last page).
     let (next, keys): (String, Vec<String>) =
-        query(&mut con, &["SNAPSHOT.SCAN", &cursor, "COUNT", "1"]).unwrap();
+        query(&mut con, &[cmd, &cursor, "COUNT", "1"]).unwrap();
     seen += keys.len();
     cursor = next;
     let mut rng = Rng(7);
@@ -119,21 +133,24 @@ fn an_iteration_holds_only_what_it_has_not_passed() {
     // 20,000 changes over the whole keyspace and 2,000 new keys (`new:*`,
     // after `key:*`): about 2,000 changes are to keys ahead of the
     // iteration, and the new keys are. The collector runs after every
-    // batch; without it, 22,000 entries.
+    // batch; without it, 22,000 kept.
     wait_until("only the keys ahead kept", WAIT, || {
         let n = kept(&mut con);
         n > 0 && n <= 6_000
     });
     // And the iteration still reads its snapshot.
     let mut rest = Vec::new();
+    let mut pages = 0;
     loop {
         let (next, keys): (String, Vec<String>) =
-            query(&mut con, &["SNAPSHOT.SCAN", &cursor, "COUNT", "5000"]).unwrap();
+            query(&mut con, &[cmd, &cursor, "COUNT", &count]).unwrap();
         rest.extend(keys);
         if next == "0" {
             break;
         }
         cursor = next;
+        pages += 1;
+        assert!(pages < 20_000, "the iteration ends");
     }
     let all = populated(N);
     assert_eq!(rest, all[seen..].to_vec());

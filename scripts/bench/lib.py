@@ -472,12 +472,18 @@ class InfoSampler:
     peaks of `fields` (names after `snapshot_`) and which of them the server
     does not have: a missing figure is reported missing, never read as 0."""
 
-    def __init__(self, port, fields, period=0.1, limit_s=3600):
+    def __init__(self, port, fields, period=0.1, limit_s=3600, ratio=None):
         self.fields = list(fields)
+        # (numerator, denominator) field names: the largest ratio of the two
+        # within one sample (both read at the same instant).
+        self.ratio = ratio
+        self.max_ratio = None
         self.r = redis.Redis(host="127.0.0.1", port=port, socket_timeout=30,
                              decode_responses=True)
         self.period, self.limit_s = period, limit_s
         self.peak = {}
+        # The whole sample at the peak of the first field.
+        self.at_peak = {}
         self.missing = set()
         self.samples = 0
         self.max_gap = 0.0
@@ -495,6 +501,14 @@ class InfoSampler:
                 if self.samples:
                     self.max_gap = max(self.max_gap, now - last)
                 last = now
+                first = i.get("snapshot_" + self.fields[0]) if self.fields else None
+                if first is not None and int(first) >= self.peak.get(self.fields[0], 0):
+                    self.at_peak = dict(i)
+                if self.ratio:
+                    a, b = (i.get("snapshot_" + f) for f in self.ratio)
+                    if a is not None and b is not None and int(b) > 0:
+                        q = int(a) / int(b)
+                        self.max_ratio = q if self.max_ratio is None else max(self.max_ratio, q)
                 for f in self.fields:
                     v = i.get("snapshot_" + f)
                     if v is None:

@@ -30,8 +30,13 @@ snapshot_module_heap_bytes and snapshot_retained_bytes (a field the server
 does not have is reported missing, never read as 0), against the index's size
 (snapshot_index_memory_bytes) before the load.
 
-Goal: every iteration completes, no duplicates, peak module heap <= 2 x the
-index. Sizes: 1M and, if not --quick and memory allows, 10M keys (--quick:
+Goal: every iteration completes, no duplicates, and the module's heap within
+twice the index in every INFO sample: the largest live index since the oldest
+open iteration began (snapshot_retained_index_peak_bytes, the base of the
+README's memory bound), read in the same call. The peak heap over the index
+before the load is reported beside it: it also counts, as if they were old
+versions, the keys the load creates (with a TTL, and the filter's growth for
+them). Sizes: 1M and, if not --quick and memory allows, 10M keys (--quick:
 200k; env SNAPSCAN_SURVIVAL_KEYS=1000000,... chooses). SNAPSCAN_SURVIVAL_SEARCH=1 then repeats the first size (1M; --quick:
 200k) at 1k, 2k, 5k, 10k, 20k and 50k writes/s and reports the largest rate at
 which every iteration completed.
@@ -61,7 +66,7 @@ SEARCH_RATES = [1000, 2000, 5000, 10000, 20000, 50000]
 KINDS = ["fast", "slow", "native"]
 # INFO snapshot fields the sampler keeps the peak of (without the snapshot_ prefix).
 PEAK_FIELDS = ["module_heap_bytes", "retained_bytes", "retained_versions", "index_memory_bytes",
-               "history_entries", "history_bytes", "retained_index_peak_bytes"]
+               "history_entries", "history_in_place", "history_bytes", "retained_index_peak_bytes"]
 
 
 def rate_from_env():
@@ -294,7 +299,8 @@ def survival(ctx, n_keys, rate):
                                                ["--count", total, "--range", rng, "--seed", seed,
                                                 "--depth", 16, "--rate", per, "--seconds", run_s],
                                                cmd))
-            sampler = InfoSampler(s.port, PEAK_FIELDS)
+            sampler = InfoSampler(s.port, PEAK_FIELDS,
+                                  ratio=("module_heap_bytes", "retained_index_peak_bytes"))
             time.sleep(1.0)  # the load is steady
             start = threading.Event()
             deadline = time.time() + limit
@@ -414,6 +420,15 @@ def report(ctx, m, label, record_targets=True):
         f"({mib(smp.get('history_bytes'))}); largest live index during the run "
         f"{mib(smp.get('retained_index_peak_bytes'))}{over_live} "
         f"({smp.samples} INFO samples, longest gap {smp.max_gap:.2f}s)")
+    at = smp.at_peak
+    if at:
+        parts = [f"{f} {mib(int(at['snapshot_' + f]))}" for f in
+                 ("index_memory_bytes", "retained_bytes", "history_bytes", "filter_bytes")
+                 if "snapshot_" + f in at]
+        parts += [f"{f} {fmt(int(at['snapshot_' + f]))}" for f in
+                  ("history_entries", "history_in_place", "index_backlog", "iterations_open")
+                  if "snapshot_" + f in at]
+        log("  at the heap's peak: " + ", ".join(parts))
     if smp.missing:
         log(f"  INFO fields missing on this server: "
             f"{', '.join('snapshot_' + f for f in sorted(smp.missing))}")
@@ -449,16 +464,26 @@ def report(ctx, m, label, record_targets=True):
                               + ("" if summ["native"] is not None else "; no native iteration"))
         st2 = res.target(SC, f"duplicates {label}", n_dups, "<=", 0, unit="", quiet=True,
                          note="keys returned more than once within an iteration, all iterations")
-        st3 = res.target(SC, f"peak heap / index {label}", ratio, "<=", 2.0, unit="x", quiet=True,
-                         note=f"peak snapshot_module_heap_bytes {mib(peak_heap)}, index "
-                              f"{mib(m['index0'])}")
+        # The README's bound: the heap within twice the largest live index
+        # since the oldest open iteration began, both read in one INFO call.
+        # Against the index before the load (the ratio above), the keys the
+        # load adds (a third of its writes create keys with a TTL) count as
+        # old versions too: reported, not the target.
+        st3 = res.target(SC, f"heap / live index {label}", smp.max_ratio, "<=", 2.0, unit="x",
+                         quiet=True,
+                         note=f"largest snapshot_module_heap_bytes / snapshot_retained_index_peak_bytes "
+                              f"in one sample; peak heap {mib(peak_heap)}, {ratio:.2f}x the index "
+                              f"before the load {mib(m['index0'])}" if ratio is not None else "")
         goal = "PASS" if (st1, st2, st3) == ("PASS",) * 3 and all_done else "MISS"
         log(f"  TARGET every iteration completes: {n_done}/{n_its} -> {st1}")
         log(f"  TARGET no duplicates: {n_dups} -> {st2}")
-        log(f"  TARGET peak heap {mib(peak_heap)} <= 2 x index {mib(m['index0'])}: "
-            + (f"{ratio:.2f}x" if ratio is not None else "n/a (a figure is missing)")
-            + f" -> {st3}")
-        log(f"  GOAL [{label}] every iteration completes, no duplicates, peak heap <= 2x index "
+        log(f"  TARGET heap <= 2 x the largest live index since the iterations began, in every "
+            f"sample: " + (f"{smp.max_ratio:.2f}x" if smp.max_ratio is not None
+                           else "n/a (a figure is missing)")
+            + f" -> {st3} (peak heap {mib(peak_heap)}: "
+            + (f"{ratio:.2f}x" if ratio is not None else "n/a")
+            + f" the index before the load {mib(m['index0'])})")
+        log(f"  GOAL [{label}] every iteration completes, no duplicates, heap <= 2x the live index "
             f"-> {goal}")
     return all_done
 

@@ -578,6 +578,19 @@ pub struct Undo {
     /// Where the sweep of the live map's stamps, while no snapshot is
     /// open, resumes (after this key).
     sweep_at: Option<Vec<u8>>,
+    /// Every open snapshot has passed the keys up to this one (`None`:
+    /// not known to have passed any): a change there is kept for nobody,
+    /// and what is kept of it can go. Refreshed by the collector from the
+    /// snapshots' positions, forgotten when a snapshot is cut (it reads
+    /// every key).
+    low: Option<Key>,
+    /// Budget accrued towards the next refresh of `low` (which copies
+    /// every open snapshot's position).
+    low_credit: usize,
+    /// Where the trailing sweep behind `low` resumes, in the live map and
+    /// in the log (after these keys).
+    trail_at: Option<Vec<u8>>,
+    trail_undo_at: Option<Vec<u8>>,
     scratch: Vec<u8>,
 }
 
@@ -611,7 +624,7 @@ impl Undo {
     /// What a change of `key`, whose live entry has `stamp`, must keep
     /// for open snapshots (see [`Keep`]).
     pub fn keeps(&mut self, key: &[u8], stamp: Stamp) -> Keep {
-        if !self.pinned() {
+        if !self.pinned() || self.low.as_ref().is_some_and(|l| key <= l.as_bytes()) {
             return Keep::Nothing;
         }
         let newest = self.hist.newest.load(Ordering::Relaxed);
@@ -662,6 +675,12 @@ impl Undo {
         if !self.viewed || self.published != version {
             self.publish(live, version);
         }
+        // The new snapshot reads every key: what is kept behind the others
+        // may be its, until it passes it too (the trailing sweep starts
+        // again then).
+        self.low = None;
+        self.trail_at = None;
+        self.trail_undo_at = None;
         let pin = Arc::new(Pin {
             hist: self.hist.clone(),
             version,
@@ -686,6 +705,54 @@ impl Undo {
         }
         self.forget_alone();
         std::mem::take(self).map
+    }
+
+    /// The collector's fast path behind every open snapshot: refreshes
+    /// [`Undo::low`] once the budgets since the last refresh cover the
+    /// snapshots open, then removes what is kept of the keys up to it (no
+    /// open snapshot reads them again; one cut since reads only later
+    /// changes), resuming where it stopped. A pass over everything
+    /// ([`Pass`]) finds the rest, slower: an iteration that trails far
+    /// behind the others, say, holds back only this.
+    fn trail(&mut self, live: &mut KeyMap, left: &mut usize) {
+        self.low_credit = self.low_credit.saturating_add(*left);
+        let open = self.hist.open.load(Ordering::Relaxed);
+        if self.low_credit >= open {
+            self.low_credit = 0;
+            self.low = self.lowest_position();
+        }
+        let Some(low) = self.low.clone() else {
+            return;
+        };
+        let low = low.as_bytes();
+        // A snapshot cut since the last round reads from an earlier key:
+        // the round starts again.
+        if self.trail_at.as_deref().is_some_and(|t| t > low) {
+            self.trail_at = None;
+        }
+        if self.trail_undo_at.as_deref().is_some_and(|t| t > low) {
+            self.trail_undo_at = None;
+        }
+        if self.trail_at.as_deref() != Some(low) && live.stamped() > 0 {
+            sweep_upto(live, &mut self.trail_at, low, left);
+        }
+        if self.trail_undo_at.as_deref() != Some(low) && !self.map.is_empty() {
+            trail_undo(&mut self.map, &mut self.trail_undo_at, low, left);
+        }
+    }
+
+    /// The smallest position of the open snapshots (`None` if one reads
+    /// every key).
+    fn lowest_position(&self) -> Option<Key> {
+        let list = lock(&self.hist.pins);
+        let mut low: Option<Key> = None;
+        for p in list.iter().filter_map(Weak::upgrade) {
+            let from = lock(&p.from).clone()?;
+            if low.as_ref().is_none_or(|l| from < *l) {
+                low = Some(from);
+            }
+        }
+        low
     }
 
     /// The log is gone or empty: no snapshot alone reads any of it.
@@ -755,18 +822,19 @@ impl Undo {
             self.forget_alone();
             return (None, true, 0);
         }
+        let mut left = budget;
+        self.trail(live, &mut left);
         if self.pass.is_none() {
             self.credit = self.credit.saturating_add(budget);
             let cost = self.hist.open.load(Ordering::Relaxed);
-            if self.credit < cost {
-                return (None, false, 0);
+            if self.credit < cost || left == 0 {
+                return (None, false, budget - left);
             }
             self.credit = 0;
         }
         let pass = self
             .pass
             .get_or_insert_with(|| Pass::begin(&self.hist, version));
-        let mut left = budget;
         if !pass.undo_done {
             pass.undo_done = collect_undo(&mut self.map, pass, &mut left);
         }
@@ -866,6 +934,87 @@ fn collect_undo(map: &mut KeyMap, pass: &mut Pass, left: &mut usize) -> bool {
         map.remove(d);
     }
     done
+}
+
+/// Strips every stamp (and removes every tombstone) of the live map's keys
+/// after `at` up to `upto`, for at most `left` units of work (see
+/// [`sweep`]); `at` moves to where it stopped (`upto` once there).
+fn sweep_upto(live: &mut KeyMap, at: &mut Option<Vec<u8>>, upto: &[u8], left: &mut usize) {
+    let mut edits: Vec<(Vec<u8>, Entry)> = Vec::new();
+    {
+        let lower = match at.as_ref() {
+            Some(k) => Bound::Excluded(&k[..]),
+            None => Bound::Unbounded,
+        };
+        let mut it = live.range_from(lower);
+        let mut past = false;
+        while let Some((k, e)) = it.next_stamped(left) {
+            if k > upto {
+                past = true;
+                break;
+            }
+            edits.push((k.to_vec(), e));
+        }
+        // Past the bound (or the map's end): everything up to it was seen.
+        let pos = it.position();
+        *at = Some(if past || it.at_end() || pos.as_slice() > upto {
+            upto.to_vec()
+        } else {
+            pos
+        });
+    }
+    for (k, e) in edits {
+        if e.is_dead() {
+            live.remove_present(&k);
+        } else {
+            live.put_changed(&k, Entry::plain(e.meta));
+        }
+    }
+}
+
+/// Removes the undo entries of keys after `at` up to `upto`, examining at
+/// most `left` of them; `at` moves to where it stopped (`upto` once there).
+fn trail_undo(map: &mut KeyMap, at: &mut Option<Vec<u8>>, upto: &[u8], left: &mut usize) {
+    let mut doomed: Vec<Vec<u8>> = Vec::new();
+    let mut key = Vec::new();
+    let mut reached = false;
+    {
+        let mut probe = Vec::new();
+        let lower = match at.as_ref() {
+            Some(k) => {
+                encode(k, u64::MAX, &mut probe);
+                Bound::Excluded(&probe[..])
+            }
+            None => Bound::Unbounded,
+        };
+        let mut it = map.range_from(lower);
+        while *left > 0 {
+            let Some((enc, _)) = it.next_entry() else {
+                reached = true;
+                break;
+            };
+            *left -= 1;
+            match decode(enc, &mut key) {
+                Some(_) if key.as_slice() > upto => {
+                    reached = true;
+                    break;
+                }
+                _ => doomed.push(enc.to_vec()),
+            }
+        }
+    }
+    for d in &doomed {
+        map.remove(d);
+    }
+    *at = if reached {
+        Some(upto.to_vec())
+    } else {
+        doomed.last().and_then(|d| {
+            let mut k = Vec::new();
+            decode(d, &mut k).map(|_| k)
+        })
+    }
+    .or(at.take());
 }
 
 /// Examines the live map's stamped entries after `at`, for at most `left`

@@ -662,9 +662,13 @@ fn a_snapshot_knows_the_old_values_only_it_reads() {
         ks.apply(0, &Key::new(&[c]), m(STRING));
     }
     let full_pass = |ks: &mut Keyspace| {
-        // A pass that examined every entry ends at the next call.
-        ks.collect_history(usize::MAX);
-        ks.collect_history(usize::MAX);
+        // A whole pass begun with the snapshots open now.
+        ks.restart_collection();
+        let mut calls = 0;
+        while !ks.collect_history(usize::MAX) {
+            calls += 1;
+            assert!(calls < 10, "the pass does not end");
+        }
     };
     let s1 = ks.snapshot(0, 0);
     ks.apply(0, &Key::new(b"m"), m(HASH)); // read by s1 alone
@@ -837,4 +841,63 @@ proptest! {
         prop_assert_eq!(ks.history_size(), (0, 0, 0), "nothing kept once no snapshot is open");
         ks.live_map(0).check();
     }
+}
+
+/// Tombstones and creation stamps behind every open snapshot's position
+/// are purged by the collector within a few passes, with the indexer's
+/// small budgets, and all of them once no snapshot is open.
+#[test]
+fn kept_in_place_goes_once_every_snapshot_passed_it() {
+    let mut ks = Keyspace::new(1);
+    let key = |i: u32| Key::new(format!("key:{i:06}").as_bytes());
+    for i in 0..100_000 {
+        ks.apply(0, &key(i), m(STRING));
+    }
+    let s = ks.snapshot(0, 0);
+    // Every tenth key deleted, as many created (after every old one).
+    for i in (0..100_000).step_by(10) {
+        ks.apply(0, &key(i), None);
+        ks.apply(0, &Key::new(format!("new:{i:06}").as_bytes()), m(STRING));
+    }
+    assert_eq!(ks.history_size(), (0, 20_000, ks.history_size().2));
+    // The snapshot passes the first half of the old keys (`key:050000`
+    // included).
+    s.advance(&key(50_000));
+    let mut calls = 0;
+    while ks.history_size().1 > 14_999 {
+        ks.collect_history(2 * 64 + 256);
+        calls += 1;
+        assert!(
+            calls < 10_000,
+            "{:?} kept after {calls} calls",
+            ks.history_size()
+        );
+    }
+    // The creations (ahead) and the second half's tombstones stay.
+    let (undo, kept, _) = ks.history_size();
+    assert_eq!((undo, kept), (0, 14_999));
+    // A change behind every snapshot keeps nothing (its position is
+    // known from the collector's last look); one ahead is kept.
+    ks.apply(0, &key(1), None);
+    ks.apply(0, &key(3), Some(Meta::new(HASH, None)));
+    ks.apply(0, &Key::new(b"a"), m(STRING));
+    assert_eq!((ks.history_size().0, ks.history_size().1), (0, 14_999));
+    ks.apply(0, &key(60_001), None);
+    ks.apply(0, &key(60_003), Some(Meta::new(HASH, None)));
+    assert_eq!((ks.history_size().0, ks.history_size().1), (1, 15_000));
+    ks.apply(0, &key(60_003), m(STRING));
+    ks.apply(0, &key(60_001), m(STRING));
+    assert_eq!(s.live_keys().len(), 100_000);
+    drop(s);
+    while ks.history_size() != (0, 0, 0) {
+        ks.collect_history(2 * 64 + 256);
+        calls += 1;
+        assert!(
+            calls < 20_000,
+            "{:?} kept after {calls} calls",
+            ks.history_size()
+        );
+    }
+    ks.live_map(0).check();
+    assert_eq!(ks.len(0), 100_000);
 }

@@ -527,6 +527,11 @@ fn small_page(
             clock,
         } => (snap, after, pages, clock),
     };
+    // The iteration never reads `after` or a key before it again: what
+    // is kept of them can go (also if a worker serves this page after all).
+    if let Some(a) = &after {
+        snap.advance(a);
+    }
     let small = ScanSpec {
         budget: spec.budget.min(limit),
         ..spec.clone()
