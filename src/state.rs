@@ -411,7 +411,13 @@ impl Shared {
         let threads = Threads::leak(log_line);
         Shared {
             config: Config::default(),
-            live: Live::new(databases),
+            live: {
+                let live = Live::new(databases);
+                // What an iteration passed stays kept while a used cursor
+                // of it may be sent again (README, Cursor lifetime).
+                live.set_retry_hold(std::time::Duration::from_millis(crate::cursor::RETRY_MS));
+                live
+            },
             filter_cache: LockedCell::new(FilterCache::default()),
             databases: databases.max(1),
             type_names: Mutex::new(TypeNames::default()),

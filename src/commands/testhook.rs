@@ -31,6 +31,8 @@ pub fn at_load(m: &Shared) {
     if let Some(ms) = var("SNAPSCAN_TEST_RETRY_MS") {
         m.cursors.set_retry_ms(ms);
         m.hash_cursors.set_retry_ms(ms);
+        m.live()
+            .set_retry_hold(std::time::Duration::from_millis(ms));
     }
 }
 

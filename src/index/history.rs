@@ -26,9 +26,11 @@ use super::tree::Iter;
 use super::{Entry, Key, KeyMap, Meta, Stamp};
 use arc_swap::ArcSwap;
 use std::cmp::Ordering as Cmp;
+use std::collections::VecDeque;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
 
 /// The old value of a key that did not exist (a type id no key has).
 const ABSENT: Meta = Meta::plain(7);
@@ -147,13 +149,43 @@ impl Default for History {
     }
 }
 
+/// Positions an iteration told its snapshot, kept while a cursor of it may
+/// still be sent again (see [`Pin::position`]).
+#[derive(Default)]
+struct Positions {
+    /// Where its pages started (after this key), oldest first, in groups
+    /// of the pages told within [`GRAIN`] of a group's first: the first
+    /// page's position (the group's smallest) and the last one's time.
+    recent: VecDeque<Told>,
+    /// The last page's position.
+    latest: Option<Key>,
+    /// The furthest position handed to the collector: what was kept of the
+    /// keys up to it may be gone.
+    collected: Option<Key>,
+}
+
+/// Pages told within a [`GRAIN`]: the first one's position, when the first
+/// and the last were told.
+struct Told {
+    from: Key,
+    first: Instant,
+    last: Instant,
+}
+
+/// The span of pages one group of [`Positions`] stands for.
+const GRAIN: Duration = Duration::from_millis(50);
+
 /// One open snapshot's claim on its generation's history: its version and
 /// the keys it may still read.
 pub struct Pin {
     hist: Arc<History>,
     version: u64,
-    /// The snapshot reads only keys after this one (`None`: every key).
-    from: Mutex<Option<Key>>,
+    /// How long a cursor of the iteration may be sent again after its use
+    /// (its page then read again): the collector's position for the
+    /// snapshot lags that much behind its pages.
+    hold: Duration,
+    /// The positions its pages told (none: it reads every key).
+    from: Mutex<Positions>,
     /// Bytes of the undo entries only this snapshot can still read, as of
     /// the collector's last full pass over the log (0 before one).
     alone: AtomicUsize,
@@ -166,16 +198,64 @@ impl Drop for Pin {
 }
 
 impl Pin {
-    /// The snapshot will never read `after` or a key before it again.
+    /// A page of the iteration starts after `after`: once no cursor used
+    /// before it can be sent again (the pin's hold), the snapshot will
+    /// never read `after` or a key before it again.
     pub fn advance(&self, after: &Key) {
+        let now = Instant::now();
         let mut f = lock(&self.from);
-        if f.as_ref().is_none_or(|k| k < after) {
-            *f = Some(after.clone());
+        if f.latest.as_ref().is_some_and(|l| l >= after) {
+            return;
         }
+        f.latest = Some(after.clone());
+        match f.recent.back_mut() {
+            Some(g) if now.saturating_duration_since(g.first) < GRAIN => g.last = now,
+            _ => f.recent.push_back(Told {
+                from: after.clone(),
+                first: now,
+                last: now,
+            }),
+        }
+    }
+
+    /// The position the collector may use now (`None`: every key may be
+    /// read): the first page whose cursor may still be sent again (told
+    /// within the hold), else the last page's. Recorded as handed to the
+    /// collector (see [`Pin::passed`]).
+    fn position(&self) -> Option<Key> {
+        let now = Instant::now();
+        let mut f = lock(&self.from);
+        while f
+            .recent
+            .front()
+            .is_some_and(|g| now.saturating_duration_since(g.last) >= self.hold)
+        {
+            f.recent.pop_front();
+        }
+        let pos = match f.recent.front() {
+            Some(g) => g.from.clone(),
+            None => f.latest.clone()?,
+        };
+        if f.collected.as_ref().is_none_or(|c| *c < pos) {
+            f.collected = Some(pos.clone());
+        }
+        Some(pos)
     }
 
     pub fn version(&self) -> u64 {
         self.version
+    }
+
+    /// Whether the snapshot has been told it will never read keys after
+    /// `after` again, some of them included (`None`: from the first key):
+    /// what it kept of them may be gone, so a page from there could differ
+    /// from the one first served.
+    pub fn passed(&self, after: Option<&Key>) -> bool {
+        match (lock(&self.from).collected.as_ref(), after) {
+            (None, _) => false,
+            (Some(_), None) => true,
+            (Some(f), Some(a)) => f > a,
+        }
     }
 
     /// Bytes of the undo log that only this snapshot can still read (the
@@ -425,7 +505,7 @@ impl Pass {
             list.retain(|w| w.strong_count() > 0);
             list.iter()
                 .filter_map(|w| w.upgrade().map(|p| (p, w.clone())))
-                .map(|(p, w)| (p.version, lock(&p.from).clone(), w))
+                .map(|(p, w)| (p.version, p.position(), w))
                 .collect()
         };
         open.sort_by_key(|p| p.0);
@@ -671,7 +751,9 @@ impl Undo {
 
     /// A snapshot of `live` at `version`: publishes it unless the view is
     /// that version already.
-    pub fn pin(&mut self, live: &KeyMap, version: u64) -> Arc<Pin> {
+    /// `hold`: how long a used cursor of its iteration may be sent again
+    /// (see [`Pin::position`]).
+    pub fn pin(&mut self, live: &KeyMap, version: u64, hold: Duration) -> Arc<Pin> {
         if !self.viewed || self.published != version {
             self.publish(live, version);
         }
@@ -684,7 +766,8 @@ impl Undo {
         let pin = Arc::new(Pin {
             hist: self.hist.clone(),
             version,
-            from: Mutex::new(None),
+            hold,
+            from: Mutex::new(Positions::default()),
             alone: AtomicUsize::new(0),
         });
         self.hist.open.fetch_add(1, Ordering::Relaxed);
@@ -747,7 +830,7 @@ impl Undo {
         let list = lock(&self.hist.pins);
         let mut low: Option<Key> = None;
         for p in list.iter().filter_map(Weak::upgrade) {
-            let from = lock(&p.from).clone()?;
+            let from = p.position()?;
             if low.as_ref().is_none_or(|l| from < *l) {
                 low = Some(from);
             }
@@ -1076,6 +1159,35 @@ mod tests {
         assert_eq!(out, key);
         assert!(is_of(&enc, key));
         assert!(!is_of(&enc, b"zz"));
+    }
+
+    /// The collector's position for a snapshot lags its pages by the hold
+    /// (a used cursor may be sent again that long): the first page told
+    /// within it; with no hold, the last page. What it was handed says
+    /// which pages may no longer be read exactly.
+    #[rstest]
+    #[case::no_hold(Duration::ZERO, "c")]
+    #[case::held(Duration::from_secs(3600), "a")]
+    fn a_pin_is_collected_up_to_its_oldest_page_still_answerable(
+        #[case] hold: Duration,
+        #[case] at: &str,
+    ) {
+        let mut undo = Undo::default();
+        let pin = undo.pin(&KeyMap::new(), 0, hold);
+        assert_eq!(pin.position(), None, "no page yet: every key");
+        assert!(!pin.passed(None));
+        for k in ["a", "b", "c", "b"] {
+            pin.advance(&Key::new(k.as_bytes()));
+        }
+        assert_eq!(pin.position(), Some(Key::new(at.as_bytes())));
+        assert!(pin.passed(None), "the first page's keys may be gone");
+        for (after, passed) in [("a", at > "a"), ("b", at > "b"), ("c", false)] {
+            assert_eq!(
+                pin.passed(Some(&Key::new(after.as_bytes()))),
+                passed,
+                "{after}"
+            );
+        }
     }
 
     proptest! {

@@ -875,6 +875,13 @@ impl Live {
         }
     }
 
+    /// How long a used cursor may be sent again (the cursor registry's
+    /// window): snapshots cut from now on keep what their iteration passed
+    /// that long (see [`Keyspace::set_hold`]).
+    pub fn set_retry_hold(&self, hold: std::time::Duration) {
+        lock(&self.index).set_hold(hold);
+    }
+
     /// Bytes of the live maps' nodes as of the last applied batch.
     pub fn live_node_bytes(&self) -> usize {
         self.live_node_bytes.load(Ordering::Relaxed)

@@ -154,6 +154,10 @@ pub struct Keyspace {
     /// Undo logs dropped whole (no snapshot left to read them), to be
     /// freed off the main thread ([`take_garbage`](Self::take_garbage)).
     garbage: Vec<KeyMap>,
+    /// How long a used cursor may be sent again: what an iteration passed
+    /// stays kept that long (see [`history::Pin::position`]). 0 unless set
+    /// (the module sets the cursor registry's window).
+    hold: std::time::Duration,
 }
 
 /// A frozen, shareable view of one database at one instant. It holds no
@@ -192,6 +196,12 @@ impl Snapshot {
         self.pin.advance(after);
     }
 
+    /// Whether a page after `after` may no longer read this snapshot
+    /// exactly: its iteration went on past it (see [`history::Pin::passed`]).
+    pub fn passed(&self, after: Option<&Key>) -> bool {
+        self.pin.passed(after)
+    }
+
     /// Bytes of old values only this snapshot still reads: what ending its
     /// iteration would free (see [`history::Pin::alone_bytes`]).
     pub fn alone_bytes(&self) -> usize {
@@ -221,7 +231,14 @@ impl Keyspace {
         Keyspace {
             dbs: (0..databases.max(1)).map(|_| DbIndex::default()).collect(),
             garbage: Vec::new(),
+            hold: std::time::Duration::ZERO,
         }
+    }
+
+    /// Sets how long a used cursor may be sent again, for the snapshots cut
+    /// from now on.
+    pub fn set_hold(&mut self, hold: std::time::Duration) {
+        self.hold = hold;
     }
 
     fn db_mut(&mut self, db: usize) -> &mut DbIndex {
@@ -363,9 +380,10 @@ impl Keyspace {
         at_ms: i64,
         slots: Option<Arc<SlotSet>>,
     ) -> Arc<Snapshot> {
+        let hold = self.hold;
         let d = self.db_mut(db);
         Arc::new(Snapshot {
-            pin: d.undo.pin(&d.map, d.version),
+            pin: d.undo.pin(&d.map, d.version, hold),
             index_bytes: d.map.live_bytes(),
             db,
             version: d.version,

@@ -174,6 +174,12 @@ pub fn run_with(
             m.reaper.dispose(aged);
         }
         match taken {
+            // A cursor of this iteration sent again after a later one went
+            // on: what the snapshot kept of the page's keys may be freed.
+            Ok(e) if e.value.snap.passed(Some(&e.value.after)) => {
+                m.reaper.dispose(vec![e.value]);
+                return Err(CmdError::msg(passed_error(cursor)));
+            }
             Ok(e) => Start::At {
                 snap: e.value.snap,
                 after: Some(e.value.after),
@@ -218,10 +224,14 @@ pub fn run_with(
     let (blocked, start) = if server::blocking_denied(ctx) || m.pool.threads() == 0 {
         (None, start)
     } else {
-        match small_page(m, start, &spec, user) {
+        match small_page(m, start, &spec, user, cursor) {
+            // An error, which a served native call answers natively.
+            Ok(Served {
+                passed: Some(c), ..
+            }) => return Err(CmdError::msg(passed_error(c))),
             Ok(page) => {
                 Shared::bump(&m.stats.scans_small, 1);
-                write_page(&Reply::new(ctx), page.next, &page.keys);
+                page.write(&Reply::new(ctx));
                 expire_visited(ctx, &page.expired);
                 return Ok(());
             }
@@ -234,13 +244,18 @@ pub fn run_with(
     match blocked {
         Some(bc) => {
             let job = Box::new(move || {
-                let page = serve(m, start, &spec, user);
-                let expired = page.expired;
+                let mut page = serve(m, start, &spec, user, cursor);
+                if page.passed.is_some() {
+                    // The fallback of a served native call, else the error.
+                    bc.fail(|r| page.write(r));
+                    return;
+                }
+                let expired = std::mem::take(&mut page.expired);
                 if expired.is_empty() {
-                    bc.reply(|r| write_page(r, page.next, &page.keys));
+                    bc.reply(|r| page.write(r));
                 } else {
                     bc.reply_then(
-                        |r| write_page(r, page.next, &page.keys),
+                        |r| page.write(r),
                         Box::new(move |_lock, ctx| expire_visited(ctx, &expired)),
                     );
                 }
@@ -249,11 +264,19 @@ pub fn run_with(
         }
         None => {
             Shared::bump(&m.stats.scans_sync, 1);
-            let page = serve_inline(ctx, m, start, &spec, user)?;
-            write_page(&Reply::new(ctx), page.next, &page.keys);
+            let page = serve_inline(ctx, m, start, &spec, user, cursor)?;
+            page.write(&Reply::new(ctx));
         }
     }
     Ok(())
+}
+
+/// The error of a cursor sent again after a later cursor of its iteration
+/// was continued (README, *Cursors*: only the latest one can be resent).
+fn passed_error(cursor: u64) -> String {
+    format!(
+        "ERR cursor {cursor} was already continued by a later cursor of its iteration, which freed what its page read; restart the scan from cursor 0"
+    )
 }
 
 /// The error of an iteration ended to keep old versions within their
@@ -282,7 +305,7 @@ pub(crate) fn index_ready(bf: &backfill::Backfill) -> Result<(), CmdError> {
 /// Computes one page and registers the continuation. Returns the next
 /// cursor (0 when done) and the keys. Runs on a worker, without the server
 /// lock.
-fn serve(m: &'static Shared, start: Start, spec: &ScanSpec, user: u64) -> Served {
+fn serve(m: &'static Shared, start: Start, spec: &ScanSpec, user: u64, cursor: u64) -> Served {
     let (snap, after, pages, clock) = match start {
         Start::Open(req, clock) => (m.snapshot(&req), None, 0, clock),
         Start::At {
@@ -296,6 +319,10 @@ fn serve(m: &'static Shared, start: Start, spec: &ScanSpec, user: u64) -> Served
         snap.advance(a);
     }
     let (page, clock) = page_of(&snap, after.as_ref(), spec, clock, None);
+    if snap.passed(after.as_ref()) {
+        m.reaper.dispose(snap);
+        return Served::passed(cursor);
+    }
     finish(m, snap, pages, page, clock, user)
 }
 
@@ -309,6 +336,7 @@ fn serve_inline(
     start: Start,
     spec: &ScanSpec,
     user: u64,
+    cursor: u64,
 ) -> Result<Served, CmdError> {
     let (snap, after, pages, clock) = match start {
         Start::Open(req, clock) => match m.snapshot_within(&req, INLINE_TAKE_BUDGET) {
@@ -341,6 +369,10 @@ fn serve_inline(
         c => c,
     };
     let (page, clock) = page_of(&snap, after.as_ref(), spec, clock, Some(&judge));
+    if snap.passed(after.as_ref()) {
+        m.reaper.dispose(snap);
+        return Err(CmdError::msg(passed_error(cursor)));
+    }
     Ok(finish(m, snap, pages, page, clock, user))
 }
 
@@ -510,6 +542,7 @@ fn small_page(
     start: Start,
     spec: &ScanSpec,
     user: u64,
+    cursor: u64,
 ) -> Result<Served, Start> {
     let limit = config::get(&m.config.inline_entries);
     if spec.count > limit {
@@ -537,6 +570,10 @@ fn small_page(
         ..spec.clone()
     };
     let (page, clock) = page_of(&snap, after.as_ref(), &small, clock, None);
+    if snap.passed(after.as_ref()) {
+        m.reaper.dispose(snap);
+        return Ok(Served::passed(cursor));
+    }
     let complete = page.resume_after.is_none()
         || page.keys.len() >= spec.count
         || page.examined >= spec.budget;
@@ -593,6 +630,7 @@ fn finish(
         next,
         keys: page.keys,
         expired: page.expired,
+        passed: None,
     }
 }
 
@@ -603,6 +641,29 @@ struct Served {
     next: u64,
     keys: Vec<Key>,
     expired: Vec<Key>,
+    /// The page was computed, but a later cursor of the iteration went on
+    /// meanwhile and what it read may have been freed: answered with
+    /// [`passed_error`] for this cursor instead.
+    passed: Option<u64>,
+}
+
+impl Served {
+    fn passed(cursor: u64) -> Served {
+        Served {
+            next: 0,
+            keys: Vec::new(),
+            expired: Vec::new(),
+            passed: Some(cursor),
+        }
+    }
+
+    /// Writes the page, or the error that replaces it.
+    fn write(&self, r: &Reply) {
+        match self.passed {
+            Some(c) => r.error(&passed_error(c)),
+            None => write_page(r, self.next, &self.keys),
+        }
+    }
 }
 
 /// Has the server expire the keys a served SCAN's page passed over because

@@ -89,3 +89,50 @@ fn cursor_from_another_db_is_refused_and_stays_valid() {
     assert_eq!(c3, "0");
     assert_eq!(p3, keys[20..]);
 }
+
+/// A cursor sent again gets exactly its page also after later cursors of
+/// its iteration went on and every key changed (README, *Cursor
+/// lifetime*): what the iteration passed stays kept while its used cursors
+/// may come again. Pages served on the main thread (small) and by a worker.
+#[rstest]
+#[case::main_thread_pages(10)]
+#[case::worker_pages(2_000)]
+fn an_earlier_cursor_sent_again_after_later_ones_and_writes_gets_its_page(#[case] count: usize) {
+    let server = Server::start();
+    let mut con = server.client();
+    let keys = fill(&mut con, "k", 5 * count);
+    let count = count.to_string();
+    let opts = ["COUNT", count.as_str()];
+    let (c1, p1) = page(&mut con, "0", &opts);
+    let (c2, p2) = page(&mut con, &c1, &opts);
+    let (c3, p3) = page(&mut con, &c2, &opts);
+    let (c4, p4) = page(&mut con, &c3, &opts);
+    // Every key deleted: only what the snapshot keeps still shows them;
+    // the indexer applies the deletions and its collector runs meanwhile.
+    for chunk in keys.chunks(1000) {
+        let _: i64 = redis::cmd("DEL").arg(chunk).query(&mut con).unwrap();
+    }
+    wait_until("the deletions applied", POLL, || {
+        info_u64(&mut con, "snapshot_index_keys") == 0
+            && info_u64(&mut con, "snapshot_index_backlog") == 0
+    });
+    for (c, p) in [(&c1, &p2), (&c2, &p3), (&c3, &p4), (&c1, &p2)] {
+        let again = page(&mut con, c, &opts).1;
+        assert!(
+            again == *p,
+            "cursor {c} again: {} keys from {:?} instead of {} from {:?}",
+            again.len(),
+            again.first(),
+            p.len(),
+            p.first()
+        );
+    }
+    let mut got: Vec<String> = [p1, p2, p3, p4].concat();
+    let mut cursor = c4;
+    while cursor != "0" {
+        let (next, items) = page(&mut con, &cursor, &opts);
+        got.extend(items);
+        cursor = next;
+    }
+    assert_eq!(got, keys, "the snapshot's keys, once each");
+}
