@@ -1046,6 +1046,12 @@ fn sweep_upto(live: &mut KeyMap, at: &mut Option<Vec<u8>>, upto: &[u8], left: &m
             pos
         });
     }
+    forget(live, edits);
+}
+
+/// Strips each of `edits`' stamps from the live map (removes it if a
+/// tombstone): nothing is kept of those keys any more.
+fn forget(live: &mut KeyMap, edits: Vec<(Vec<u8>, Entry)>) {
     for (k, e) in edits {
         if e.is_dead() {
             live.remove_present(&k);
@@ -1130,13 +1136,7 @@ fn sweep(
         *at = (!done).then(|| it.position());
         done
     };
-    for (k, e) in edits {
-        if e.is_dead() {
-            live.remove_present(&k);
-        } else {
-            live.put_changed(&k, Entry::plain(e.meta));
-        }
-    }
+    forget(live, edits);
     done
 }
 

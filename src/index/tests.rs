@@ -863,16 +863,20 @@ fn kept_in_place_goes_once_every_snapshot_passed_it() {
     // The snapshot passes the first half of the old keys (`key:050000`
     // included).
     s.advance(&key(50_000));
-    let mut calls = 0;
-    while ks.history_size().1 > 14_999 {
-        ks.collect_history(2 * 64 + 256);
-        calls += 1;
-        assert!(
-            calls < 10_000,
-            "{:?} kept after {calls} calls",
-            ks.history_size()
-        );
-    }
+    // The indexer's budget after a batch of 64 changes, until `done`.
+    let collect_until = |ks: &mut Keyspace, done: &dyn Fn(&Keyspace) -> bool| {
+        let mut calls = 0;
+        while !done(ks) {
+            ks.collect_history(2 * 64 + 256);
+            calls += 1;
+            assert!(
+                calls < 10_000,
+                "{:?} kept after {calls} calls",
+                ks.history_size()
+            );
+        }
+    };
+    collect_until(&mut ks, &|ks| ks.history_size().1 <= 14_999);
     // The creations (ahead) and the second half's tombstones stay.
     let (undo, kept, _) = ks.history_size();
     assert_eq!((undo, kept), (0, 14_999));
@@ -889,15 +893,7 @@ fn kept_in_place_goes_once_every_snapshot_passed_it() {
     ks.apply(0, &key(60_001), m(STRING));
     assert_eq!(s.live_keys().len(), 100_000);
     drop(s);
-    while ks.history_size() != (0, 0, 0) {
-        ks.collect_history(2 * 64 + 256);
-        calls += 1;
-        assert!(
-            calls < 20_000,
-            "{:?} kept after {calls} calls",
-            ks.history_size()
-        );
-    }
+    collect_until(&mut ks, &|ks| ks.history_size() == (0, 0, 0));
     ks.live_map(0).check();
     assert_eq!(ks.len(0), 100_000);
 }
